@@ -14,7 +14,9 @@ Main declarations (see each module for more):
 - bridges: :func:`score_bridge`, :func:`softmax_tv_eform`, :func:`rank_prefix_selection`, ...
 - errors: :class:`WitcertError` and its tree
 
-Heavy modules (bridges, which needs numpy) load on first use, so that
+- ledger: :class:`RiskLedger`, :func:`telescoping_delta`, :class:`SlotTable`, :class:`EProcess`
+
+Heavy modules (bridges, ledger and meters, which need numpy) load on first use, so that
 ``import witcert_calculus`` stays fast.
 """
 
@@ -103,6 +105,31 @@ if TYPE_CHECKING:
         softmax_tv_tanh_osc,
         witness_contract,
     )
+    from witcert_calculus.ledger import (
+        Admission,
+        Aggregate,
+        Decision,
+        EProcess,
+        EProcessState,
+        EmpiricalPolicy,
+        EntryAdmission,
+        EntryCertification,
+        EventCounts,
+        EventKind,
+        LedgerStats,
+        ReadGrant,
+        RiskLedger,
+        SlotRead,
+        SlotRecord,
+        SlotState,
+        SlotTable,
+        Verdict,
+        certify_entries,
+        certify_step,
+        telescoping_delta,
+        telescoping_spent,
+        tradeoff_curve,
+    )
 
 _LAZY: dict[str, str] = {
     **{name: "witcert_calculus.bridges" for name in (
@@ -110,6 +137,31 @@ _LAZY: dict[str, str] = {
         "rank_prefix_selection", "rank_prefix_stable", "recurrence", "score_bridge",
         "selector_mass_eform", "softmax_tv_affine", "softmax_tv_eform", "softmax_tv_tanh",
         "softmax_tv_tanh_osc", "witness_contract")},
+    **{name: "witcert_calculus.ledger" for name in (
+        "Admission",
+        "Aggregate",
+        "Decision",
+        "EProcess",
+        "EProcessState",
+        "EmpiricalPolicy",
+        "EntryAdmission",
+        "EntryCertification",
+        "EventCounts",
+        "EventKind",
+        "LedgerStats",
+        "ReadGrant",
+        "RiskLedger",
+        "SlotRead",
+        "SlotRecord",
+        "SlotState",
+        "SlotTable",
+        "Verdict",
+        "certify_entries",
+        "certify_step",
+        "telescoping_delta",
+        "telescoping_spent",
+        "tradeoff_curve",
+    )},
 }
 
 
@@ -127,7 +179,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Admission",
     "AdmissionError",
+    "Aggregate",
     "AtConsume",
     "AtWrite",
     "AttentionOutputL2",
@@ -135,12 +189,21 @@ __all__ = [
     "BudgetExceededError",
     "Composition",
     "Contract",
+    "Decision",
+    "EProcess",
+    "EProcessState",
+    "EmpiricalPolicy",
+    "EntryAdmission",
+    "EntryCertification",
+    "EventCounts",
+    "EventKind",
     "Evidence",
     "InvalidValueError",
     "JournalError",
     "KeyResidualAbs",
     "KeyResidualRel",
     "LatentResidual",
+    "LedgerStats",
     "LogitLinf",
     "LogitOsc",
     "Measurement",
@@ -157,6 +220,7 @@ __all__ = [
     "Premise",
     "PremiseError",
     "Proof",
+    "ReadGrant",
     "Reading",
     "Recurrence",
     "RecurrentStateError",
@@ -164,8 +228,13 @@ __all__ = [
     "RegimeMismatchError",
     "Restricted",
     "ReusedRequestIdError",
+    "RiskLedger",
     "SelectorMass",
     "Site",
+    "SlotRead",
+    "SlotRecord",
+    "SlotState",
+    "SlotTable",
     "StableRows",
     "StaleReadError",
     "Tier",
@@ -175,7 +244,10 @@ __all__ = [
     "UnregisteredMetricError",
     "UnwrittenSlotError",
     "ValueResidual",
+    "Verdict",
     "WitcertError",
+    "certify_entries",
+    "certify_step",
     "chain",
     "decide_tier",
     "empirical_ratio_bridge",
@@ -193,6 +265,9 @@ __all__ = [
     "softmax_tv_eform",
     "softmax_tv_tanh",
     "softmax_tv_tanh_osc",
+    "telescoping_delta",
+    "telescoping_spent",
+    "tradeoff_curve",
     "weakest",
     "witness_contract",
 ]

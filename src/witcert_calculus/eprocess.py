@@ -1,0 +1,367 @@
+"""Anytime-valid drift sentinel: a streaming e-process with Hoeffding factors.
+
+Each observation ``e`` brings a value ``W_e``, the mean ``m_e`` that the
+certificate promises under the null (``E[W_e | past] <= m_e``) and the squared
+width ``C_e`` of the interval that holds ``W_e`` under the null. The factor
+
+    g_e = exp(lambda_e (W_e - m_e) - lambda_e^2 C_e / 8),   lambda_e = 4 kappa / sqrt(C_e)
+
+has conditional expectation at most 1 under the null (Hoeffding's lemma), so
+the running product ``M_t = prod_{e <= t} g_e`` is a nonnegative
+supermartingale with ``M_0 = 1``. By Ville's inequality
+``P(sup_t M_t >= 1/delta_e) <= delta_e``: raising an alarm when
+``log M_t >= ln(1/delta_e)`` has false-alarm probability at most ``delta_e``
+at every stopping time, however long the stream runs (Lean:
+``WitCert.Ledger.ville_finite_tree``). ``kappa`` must be declared before any
+data is seen; it is fixed at construction.
+
+The product is kept in log space (no overflow, no clamping). Floating-point
+rounding of the running sum is tracked by a first-order error bound, and the
+alarm fires only when the computed value exceeds the threshold by more than
+that bound, so rounding can delay an alarm by a hair but never create one.
+
+Main declarations:
+
+- :class:`EProcess`: the streaming process (O(1) update, serializable state).
+- :class:`EProcessState`: its frozen, JSON-serializable state.
+- :func:`log_factors`: vectorised ``log g_e`` (bit-identical to the scalar update).
+- :func:`log_paths`: vectorised running ``log M_t`` over many independent streams.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import final
+
+import numpy as np
+import numpy.typing as npt
+
+from witcert_calculus.errors import InvalidValueError
+
+__all__ = [
+    "EProcess",
+    "EProcessState",
+    "VILLE_THEOREM",
+    "log_factors",
+    "log_paths",
+]
+
+VILLE_THEOREM = "WitCert.Ledger.ville_finite_tree"
+"""Lean theorem behind the anytime false-alarm guarantee."""
+
+_ROUND = 2.0**-50  # 8 units in the last place of a float64: per-step relative rounding slack
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def _check_kappa(kappa: float) -> float:
+    k = float(kappa)
+    if not (math.isfinite(k) and k > 0):
+        raise InvalidValueError("kappa", kappa, "must be finite and > 0")
+    return k
+
+
+def _check_delta(delta: float | Fraction) -> float:
+    if isinstance(delta, bool) or not isinstance(delta, (int, float, Fraction)):
+        raise InvalidValueError("delta", delta, "must be a number in (0, 1)")
+    d = float(delta)
+    if not (0.0 < d < 1.0) or not (0 < delta < 1):
+        raise InvalidValueError("delta", delta, "must lie in the open interval (0, 1)")
+    return d
+
+
+def _log_factor(w: float, m: float, c: float, kappa: float) -> float:
+    # Same operations, in the same order, as log_factors (bit-identical results).
+    lam = 4.0 * kappa / math.sqrt(c)
+    return lam * (w - m) - lam * lam * c / 8.0
+
+
+def log_factors(
+    w: npt.ArrayLike, m: npt.ArrayLike, c: npt.ArrayLike, *, kappa: float = 0.5
+) -> FloatArray:
+    """Vectorised log-factors ``log g_e = lambda_e (W_e - m_e) - lambda_e^2 C_e / 8``.
+
+    Args:
+        w: observations ``W_e``.
+        m: null means ``m_e`` (broadcast against ``w``).
+        c: squared null ranges ``C_e > 0`` (broadcast against ``w``).
+        kappa: the declared tuning constant, ``lambda_e = 4 kappa / sqrt(C_e)``.
+
+    Returns:
+        ``log g_e`` as a float64 array of the broadcast shape.
+
+    Raises:
+        InvalidValueError: for NaN or infinite ``w``/``m``, ``c <= 0`` or
+            ``kappa <= 0``.
+
+    Example:
+        >>> float(log_factors([1.0], [1.0], [1.0], kappa=0.5)[0])
+        -0.5
+    """
+    k = _check_kappa(kappa)
+    wa, ma, ca = np.broadcast_arrays(
+        np.asarray(w, dtype=np.float64), np.asarray(m, dtype=np.float64),
+        np.asarray(c, dtype=np.float64),
+    )
+    if not bool(np.isfinite(wa).all()):
+        raise InvalidValueError("w", _first_bad(wa, np.isfinite(wa)), "must be finite")
+    if not bool(np.isfinite(ma).all()):
+        raise InvalidValueError("m", _first_bad(ma, np.isfinite(ma)), "must be finite")
+    ok = np.isfinite(ca) & (ca > 0)
+    if not bool(ok.all()):
+        raise InvalidValueError("c", _first_bad(ca, ok), "must be finite and > 0")
+    lam = 4.0 * k / np.sqrt(ca)
+    out: FloatArray = lam * (wa - ma) - lam * lam * ca / 8.0
+    return out
+
+
+def log_paths(
+    w: npt.ArrayLike, m: npt.ArrayLike, c: npt.ArrayLike, *, kappa: float = 0.5
+) -> FloatArray:
+    """Running ``log M_t`` of many independent streams at once (one stream per row).
+
+    The sum is sequential along the last axis (``numpy.cumsum``), so each row is
+    bit-identical to feeding that stream to :meth:`EProcess.observe` one value
+    at a time from a fresh process.
+
+    Args:
+        w: observations, shape ``(streams, steps)`` (or ``(steps,)``).
+        m: null means, broadcast against ``w``.
+        c: squared null ranges, broadcast against ``w``.
+        kappa: the declared tuning constant.
+
+    Returns:
+        ``log M_t`` for ``t = 1..steps``, same shape as ``w``.
+
+    Example:
+        >>> log_paths([[1.0, 1.0]], 1.0, 1.0).tolist()
+        [[-0.5, -1.0]]
+    """
+    lf = log_factors(w, m, c, kappa=kappa)
+    out: FloatArray = np.cumsum(lf, axis=-1)
+    return out
+
+
+def _first_bad(values: FloatArray, ok: npt.NDArray[np.bool_]) -> float:
+    return float(values[~ok].flat[0])
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class EProcessState:
+    """Frozen, serializable state of an :class:`EProcess`.
+
+    Attributes:
+        kappa: the declared tuning constant.
+        delta: the false-alarm level ``delta_e``.
+        log_value: ``log M_t`` (0.0 at the start).
+        slack: first-order bound on the rounding error accumulated in ``log_value``.
+        steps: number of observations folded in.
+        alarm_step: the 1-based step at which the alarm first fired, or ``None``.
+    """
+
+    kappa: float
+    delta: float
+    log_value: float
+    slack: float
+    steps: int
+    alarm_step: int | None
+
+    def to_json(self) -> str:
+        """Serialize exactly (floats as hexadecimal), e.g. for a journal."""
+        return json.dumps({
+            "kappa": self.kappa.hex(), "delta": self.delta.hex(),
+            "log_value": self.log_value.hex(), "slack": self.slack.hex(),
+            "steps": self.steps, "alarm_step": self.alarm_step,
+        }, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> EProcessState:
+        """Inverse of :meth:`to_json`.
+
+        Raises:
+            InvalidValueError: if the text is not a serialized state.
+        """
+        try:
+            d = json.loads(text)
+            alarm = d["alarm_step"]
+            state = cls(
+                kappa=float.fromhex(d["kappa"]), delta=float.fromhex(d["delta"]),
+                log_value=float.fromhex(d["log_value"]), slack=float.fromhex(d["slack"]),
+                steps=int(d["steps"]), alarm_step=None if alarm is None else int(alarm),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidValueError("state", text, f"is not a serialized EProcessState ({exc})") from exc
+        _check_kappa(state.kappa)
+        _check_delta(state.delta)
+        if not (math.isfinite(state.log_value) and math.isfinite(state.slack) and state.slack >= 0
+                and state.steps >= 0):
+            raise InvalidValueError("state", text, "holds non-finite or negative fields")
+        return state
+
+
+@final
+class EProcess:
+    """Streaming e-process for anytime-valid drift detection.
+
+    Args:
+        delta: false-alarm level ``delta_e`` in (0, 1); the alarm threshold is
+            ``ln(1/delta_e)``.
+        kappa: declared before any data (default 0.5); ``lambda_e = 4 kappa / sqrt(C_e)``.
+
+    Raises:
+        InvalidValueError: if ``delta`` is outside (0, 1) or ``kappa <= 0``.
+
+    The process is not itself thread-safe; the :class:`~witcert_calculus.ledger.RiskLedger`
+    serializes access to the sentinels it owns.
+
+    Lean: ``WitCert.Ledger.ville_finite_tree``.
+
+    Example:
+        >>> p = EProcess(delta=0.01)
+        >>> p.observe(0.9, m=0.1, c=1.0)   # one large deviation is not yet an alarm
+        False
+        >>> any(p.observe(1.0, m=0.1, c=1.0) for _ in range(20))
+        True
+    """
+
+    __slots__ = ("_alarm_step", "_delta", "_kappa", "_log_value", "_pen4", "_slack", "_steps",
+                 "_threshold")
+
+    theorem = VILLE_THEOREM
+
+    def __init__(self, *, delta: float | Fraction, kappa: float = 0.5) -> None:
+        self._delta = _check_delta(delta)
+        self._kappa = _check_kappa(kappa)
+        self._pen4 = 4.0 * self._kappa * self._kappa
+        self._threshold = -math.log(self._delta)
+        self._log_value = 0.0
+        self._slack = 0.0
+        self._steps = 0
+        self._alarm_step: int | None = None
+
+    @classmethod
+    def from_state(cls, state: EProcessState) -> EProcess:
+        """Resume a process from its state; it continues exactly as the original would."""
+        p = cls(delta=state.delta, kappa=state.kappa)
+        p._log_value = state.log_value
+        p._slack = state.slack
+        p._steps = state.steps
+        p._alarm_step = state.alarm_step
+        return p
+
+    @property
+    def state(self) -> EProcessState:
+        """The current state, as a frozen value."""
+        return EProcessState(kappa=self._kappa, delta=self._delta, log_value=self._log_value,
+                             slack=self._slack, steps=self._steps, alarm_step=self._alarm_step)
+
+    @property
+    def log_value(self) -> float:
+        """``log M_t``."""
+        return self._log_value
+
+    @property
+    def threshold(self) -> float:
+        """``ln(1/delta_e)``."""
+        return self._threshold
+
+    @property
+    def delta(self) -> float:
+        """The false-alarm level."""
+        return self._delta
+
+    @property
+    def kappa(self) -> float:
+        """The declared tuning constant."""
+        return self._kappa
+
+    @property
+    def steps(self) -> int:
+        """Observations folded in so far."""
+        return self._steps
+
+    @property
+    def alarmed(self) -> bool:
+        """Whether the alarm has fired (it stays fired)."""
+        return self._alarm_step is not None
+
+    @property
+    def alarm_step(self) -> int | None:
+        """1-based step of the first alarm, or ``None``."""
+        return self._alarm_step
+
+    def check(self, w: float, *, m: float, c: float) -> float:
+        """Validate one observation and return its log-factor, without changing the process.
+
+        Raises:
+            InvalidValueError: for NaN/infinite ``w`` or ``m``, or ``c`` not finite and > 0.
+        """
+        wf, mf, cf = float(w), float(m), float(c)
+        if not math.isfinite(wf):
+            raise InvalidValueError("w", w, "must be finite")
+        if not math.isfinite(mf):
+            raise InvalidValueError("m", m, "must be finite")
+        if not (math.isfinite(cf) and cf > 0):
+            raise InvalidValueError("c", c, "must be finite and > 0")
+        return _log_factor(wf, mf, cf, self._kappa)
+
+    def observe(self, w: float, *, m: float, c: float) -> bool:
+        """Fold in one observation in O(1); return whether the alarm has fired.
+
+        Args:
+            w: the observation ``W_e``.
+            m: the null mean ``m_e`` promised by the certificate.
+            c: the squared width ``C_e`` of the null range of ``W_e``.
+
+        Returns:
+            ``True`` once ``log M_t - slack >= ln(1/delta_e)`` has held at some step.
+
+        Raises:
+            InvalidValueError: for NaN/infinite ``w`` or ``m``, or ``c`` not finite and > 0.
+        """
+        lf = self.check(w, m=m, c=c)
+        self._steps += 1
+        self._log_value = self._log_value + lf
+        # |log g| <= |lf| + 4 kappa^2 bounds the magnitude of every intermediate term.
+        self._slack = self._slack + _ROUND * (abs(lf) + self._pen4 + abs(self._log_value))
+        if self._alarm_step is None and self._log_value - self._slack >= self._threshold:
+            self._alarm_step = self._steps
+        return self._alarm_step is not None
+
+    def observe_many(self, w: npt.ArrayLike, *, m: npt.ArrayLike, c: npt.ArrayLike) -> bool:
+        """Fold in a sequence of observations, vectorised.
+
+        The result (state included) is bit-identical to calling :meth:`observe`
+        on each value in order.
+
+        Raises:
+            InvalidValueError: as :meth:`observe`; nothing is folded in when any value is bad.
+        """
+        wa = np.atleast_1d(np.asarray(w, dtype=np.float64))
+        if wa.ndim != 1:
+            raise InvalidValueError("w", wa.shape, "must be a one-dimensional stream")
+        try:
+            lf = log_factors(wa, m, c, kappa=self._kappa)
+        except ValueError as exc:
+            if isinstance(exc, InvalidValueError):
+                raise
+            raise InvalidValueError("m, c", "shapes", f"must broadcast against w ({exc})") from None
+        if lf.shape != wa.shape:
+            raise InvalidValueError("m, c", lf.shape, f"must broadcast to the shape of w {wa.shape}")
+        if lf.size == 0:
+            return self._alarm_step is not None
+        logs = np.cumsum(np.concatenate(([self._log_value], lf)))[1:]
+        inc = _ROUND * ((np.abs(lf) + self._pen4) + np.abs(logs))
+        slack = np.cumsum(np.concatenate(([self._slack], inc)))[1:]
+        if self._alarm_step is None:
+            hit = np.flatnonzero(logs - slack >= self._threshold)
+            if hit.size:
+                self._alarm_step = self._steps + int(hit[0]) + 1
+        self._steps += int(lf.size)
+        self._log_value = float(logs[-1])
+        self._slack = float(slack[-1])
+        return self._alarm_step is not None

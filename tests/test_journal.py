@@ -1,0 +1,253 @@
+"""Crash-safe SQLite journal: replay to identical state, tamper detection, SIGKILL crash test."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sqlite3
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from witcert_calculus.contracts import Reading, Regime
+from witcert_calculus.errors import JournalError
+from witcert_calculus.ledger import EmpiricalPolicy, RiskLedger, telescoping_spent
+from witcert_calculus.metrics import AtConsume, AttentionTV
+from witcert_calculus.tiers import Measurement, Proof, Restricted
+
+TV = AttentionTV[AtConsume]
+PROOF = Proof("WitCert.Meters.tv_eform_sound")
+N_SLOTS = 64
+
+
+def _state(led: RiskLedger) -> tuple[Any, ...]:
+    verdicts = tuple(led.verdict(r) for r in led.request_ids())
+    snap = tuple(a.tolist() for a in led.slots.snapshot())
+    sentinels = tuple((n, led.sentinel(n)) for n in led.sentinel_names())
+    s = led.stats()
+    return (verdicts, snap, sentinels, s.counts, s.open_by_tier, s.slots, s.events,
+            s.slot_writes, s.worst_spent_fraction)
+
+
+def _random_workload(led: RiskLedger, rng: np.random.Generator, n_ops: int) -> None:
+    open_ids: list[int] = []
+    led.add_sentinel("drift", delta=0.01)
+    for _ in range(n_ops):
+        u = rng.random()
+        if not open_ids or u < 0.08:
+            open_ids.append(led.open_request(delta_req=Fraction(1, int(rng.integers(2, 1000)))))
+            continue
+        r = open_ids[int(rng.integers(len(open_ids)))]
+        if u < 0.35:
+            led.admit(r, Reading(TV, float(rng.random() * 0.1), evidence=PROOF,
+                                 delta=led.next_allowance(r)))
+        elif u < 0.5:
+            ev = PROOF if rng.random() < 0.8 else Restricted(PROOF, subset="e_in <= 0.5")
+            led.admit(r, Reading(TV, 0.01, evidence=ev))
+        elif u < 0.58:
+            pol = EmpiricalPolicy.DEGRADE if rng.random() < 0.3 else EmpiricalPolicy.FALLBACK
+            led.admit(r, Reading(TV, 0.2, evidence=Measurement("probe", samples=3),
+                                 regime=Regime.MEASURED), on_empirical=pol)
+        elif u < 0.8:
+            k = int(rng.integers(1, 9))
+            slots = rng.choice(N_SLOTS, size=k, replace=False)
+            led.admit_entries(r, rng.exponential(0.02, k), threshold=0.03, metric=TV,
+                              evidence=PROOF, slots=slots,
+                              delta=led.next_allowance(r) if rng.random() < 0.5 else 0)
+        elif u < 0.85:
+            led.evict(r, rng.choice(N_SLOTS, size=2, replace=False))
+        elif u < 0.93:
+            led.observe("drift", rng.uniform(0, 1, int(rng.integers(1, 5))), m=0.5, c=1.0)
+        elif len(open_ids) > 1:
+            led.close_request(r)
+            open_ids.remove(r)
+
+
+def test_replay_reaches_identical_state(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    led = RiskLedger(n_slots=N_SLOTS, journal=path)
+    mem = RiskLedger(n_slots=N_SLOTS)
+    _random_workload(led, np.random.default_rng(42), 600)
+    _random_workload(mem, np.random.default_rng(42), 600)
+    before = _state(led)
+    assert before == _state(mem)  # the journal changes nothing about the semantics
+    led.close()
+    again = RiskLedger(n_slots=N_SLOTS, journal=path)
+    assert _state(again) == before
+    assert again.applied_seq == before[6] > 500
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    again.close()
+
+
+def test_wrong_slot_count_and_garbage_file(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    RiskLedger(n_slots=8, journal=path).close()
+    with pytest.raises(JournalError, match="n_slots=8"):
+        RiskLedger(n_slots=9, journal=path)
+    bad = tmp_path / "garbage.sqlite"
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(JournalError, match="garbage.sqlite"):
+        RiskLedger(journal=bad)
+
+
+def test_tampered_journal_refuses_to_replay(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(journal=path)
+    r = led.open_request(delta_req="1/100")
+    led.admit(r, Reading(TV, 0.01, evidence=PROOF, delta=Fraction(1, 200)))
+    led.admit(r, Reading(TV, 0.01, evidence=PROOF, delta=Fraction(1, 600)))
+    led.close()
+    with sqlite3.connect(path) as con:  # inflate the second charge
+        row = con.execute("SELECT seq, payload FROM events WHERE op='admit' ORDER BY seq DESC"
+                          ).fetchone()
+        con.execute("UPDATE events SET payload=? WHERE seq=?",
+                    (row[1].replace('"1/600"', '"1/300"'), row[0]))
+    with pytest.raises(JournalError, match="is not the allowance 1/600"):
+        RiskLedger(journal=path)
+    with sqlite3.connect(path) as con:  # a duplicated event (applied twice) is refused too
+        con.execute("UPDATE events SET payload=replace(payload, '\"1/300\"', '\"1/600\"')")
+        con.execute("INSERT INTO events (op, payload, data) SELECT op, payload, data FROM events "
+                    "WHERE op='admit' ORDER BY seq DESC LIMIT 1")
+    with pytest.raises(JournalError, match="applied twice"):
+        RiskLedger(journal=path)
+
+
+def test_durable_before_acknowledged(tmp_path: Path) -> None:
+    """An acknowledged admission is already in the file, seen by an independent connection."""
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(journal=path)
+    r = led.open_request(delta_req="1/100")
+    adm = led.admit(r, Reading(TV, 0.01, evidence=PROOF, delta=Fraction(1, 200)), token="t0")
+    with sqlite3.connect(path) as con:
+        assert con.execute("SELECT COUNT(*) FROM events WHERE token='t0'").fetchone()[0] == 1
+    other = RiskLedger(journal=path)
+    assert other.admission("t0") == adm and other.spent(r) == Fraction(1, 200)
+    other.close()
+    led.close()
+
+
+# ----------------------------------------------------------------- SIGKILL crash test
+
+PLAN_REQUESTS = 30
+PLAN_OPS = 24
+
+
+def _plan_delta(r: int) -> Fraction:
+    return Fraction(1, 10 + r)
+
+
+def _writer(path: str, ack_path: str) -> None:
+    """Child process: run the fixed plan, resuming from the journal, acking every admission."""
+    led = RiskLedger(n_slots=N_SLOTS, journal=path)
+    fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    known = set(led.request_ids())
+    for r in range(1, PLAN_REQUESTS + 1):
+        if r not in known:
+            led.open_request(delta_req=_plan_delta(r), request_id=r)
+        for k in range(PLAN_OPS):
+            tok = f"{r}:{k}"
+            rng = np.random.default_rng(r * 1000 + k)
+            u = rng.random()
+            if u < 0.45:
+                adm = led.admit(r, Reading(TV, 0.01, evidence=PROOF,
+                                           delta=led.next_allowance(r)), token=tok)
+            elif u < 0.7:
+                adm = led.admit(r, Reading(TV, 0.01, evidence=PROOF), token=tok)
+            elif u < 0.8:
+                adm = led.admit(r, Reading(TV, 0.3, evidence=Measurement("p", samples=1),
+                                           regime=Regime.MEASURED), token=tok)
+            else:
+                slots = rng.choice(N_SLOTS, size=4, replace=False)
+                adm = led.admit_entries(r, rng.exponential(0.02, 4), threshold=0.03, metric=TV,
+                                        evidence=PROOF, slots=slots, token=tok,
+                                        delta=led.next_allowance(r)).admission
+            os.write(fd, f"{tok} {adm.ordinal} {adm.charged} {adm.spent}\n".encode())
+    os._exit(0)
+
+
+def _check(path: Path, acked: dict[str, tuple[int, str, str]]) -> RiskLedger:
+    led = RiskLedger(n_slots=N_SLOTS, journal=path)  # replay validates ordinals and charges
+    for tok, (ordinal, charged, spent) in acked.items():
+        adm = led.admission(tok)
+        assert adm is not None, f"acknowledged event {tok} lost"
+        assert (adm.ordinal, str(adm.charged), str(adm.spent)) == (ordinal, charged, spent)
+    with sqlite3.connect(path) as con:
+        counts = dict(con.execute(
+            "SELECT json_extract(payload, '$.rid'), COUNT(*) FROM events "
+            "WHERE op IN ('admit', 'entries') GROUP BY 1").fetchall())
+        dup = con.execute("SELECT COUNT(*) - COUNT(DISTINCT token) FROM events "
+                          "WHERE token IS NOT NULL").fetchone()[0]
+    assert dup == 0
+    for r in led.request_ids():
+        v = led.verdict(r)
+        assert v.counts.total == counts.get(r, 0)  # no event applied twice, none dropped
+        assert v.spent == telescoping_spent(v.counts.probabilistic, _plan_delta(r)) < v.delta_req
+    return led
+
+
+def _read_acks(ack_path: Path) -> dict[str, tuple[int, str, str]]:
+    out: dict[str, tuple[int, str, str]] = {}
+    if not ack_path.exists():
+        return out
+    for line in ack_path.read_text().split("\n")[:-1]:  # only complete lines
+        tok, ordinal, charged, spent = line.split()
+        assert tok not in out or out[tok] == (int(ordinal), charged, spent)
+        out[tok] = (int(ordinal), charged, spent)
+    return out
+
+
+def _complete(path: Path, ack_path: Path) -> None:
+    acked = _read_acks(ack_path)
+    assert len(acked) == PLAN_REQUESTS * PLAN_OPS
+    led = _check(path, acked)
+    assert sum(led.verdict(r).counts.total for r in led.request_ids()) == PLAN_REQUESTS * PLAN_OPS
+    led.close()
+
+
+@pytest.mark.slow
+def test_sigkill_crash_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    """>= 50 SIGKILLs of a journaled writer at random points: no acknowledged event lost,
+    none applied twice, no budget exceeded; then the plan completes exactly once."""
+    epoch = 0
+    path = tmp_path / f"crash{epoch}.sqlite"
+    ack_path = tmp_path / f"acks{epoch}.txt"
+    ctx = multiprocessing.get_context("fork")
+    rng = np.random.default_rng(99)
+    kills = 0
+    progress: set[int] = set()
+    t0 = time.perf_counter()
+    while kills < 60:
+        proc = ctx.Process(target=_writer, args=(str(path), str(ack_path)))
+        proc.start()
+        time.sleep(float(rng.uniform(0.0, 0.12)))
+        assert proc.pid is not None
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        if proc.exitcode == 0:  # the plan completed before this kill (fast disk): new epoch
+            _complete(path, ack_path)
+            epoch += 1
+            path = tmp_path / f"crash{epoch}.sqlite"
+            ack_path = tmp_path / f"acks{epoch}.txt"
+            continue
+        assert proc.exitcode == -signal.SIGKILL
+        kills += 1
+        if not path.exists():
+            continue  # killed before the journal file was created
+        led = _check(path, _read_acks(ack_path))
+        progress.add(led.applied_seq)
+        led.close()
+    assert kills >= 50
+    assert len(progress) > 10  # the kills landed at many different points
+    # finish the plan without interference and check it is applied exactly once
+    proc = ctx.Process(target=_writer, args=(str(path), str(ack_path)))
+    proc.start()
+    proc.join(timeout=300)
+    assert proc.exitcode == 0
+    _complete(path, ack_path)
+    assert time.perf_counter() - t0 < 120

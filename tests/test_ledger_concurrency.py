@@ -1,0 +1,169 @@
+"""Thread and process safety of the ledger: exact totals, budgets, read attribution."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections import defaultdict
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from witcert_calculus.contracts import Reading
+from witcert_calculus.errors import StaleReadError, UnwrittenSlotError
+from witcert_calculus.ledger import RiskLedger, telescoping_delta, telescoping_spent
+from witcert_calculus.metrics import AtConsume, AttentionTV
+from witcert_calculus.tiers import Proof
+
+TV = AttentionTV[AtConsume]
+PROOF = Proof("WitCert.Meters.tv_eform_sound")
+DELTA_REQ = Fraction(1, 100)
+# Smaller than every allowance the tests can reach (index < 10^4), so no admission races
+# for its allowance; the ledger still charges the full telescoping allowance.
+TINY = DELTA_REQ / 10**9
+
+
+def _work(led: RiskLedger, accounts: list[int], n_ops: int, seed: int, slot_base: int,
+          slots_per_worker: int, n_slots: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    det = Reading(TV, 0.01, evidence=PROOF)
+    prob = Reading(TV, 0.01, evidence=PROOF, delta=TINY)
+    charges: dict[int, list[tuple[int, Fraction]]] = defaultdict(list)
+    counts: dict[int, int] = defaultdict(int)
+    writes: dict[tuple[int, int], int] = {}
+    gens = dict.fromkeys(range(slot_base, slot_base + slots_per_worker), 0)
+    reads: list[tuple[int, int, int]] = []
+    refused = 0
+    for _ in range(n_ops):
+        r = accounts[int(rng.integers(len(accounts)))]
+        u = rng.random()
+        if u < 0.55:
+            adm = led.admit(r, prob)
+            assert adm.prob_index is not None
+            charges[r].append((adm.prob_index, adm.charged))
+        elif u < 0.9:
+            led.admit(r, det)
+        else:
+            s = slot_base + int(rng.integers(slots_per_worker))
+            ea = led.admit_entries(r, [float(rng.exponential(0.02))], threshold=0.05,
+                                   metric=TV, evidence=PROOF, slots=[s], delta=TINY)
+            adm = ea.admission
+            assert adm.prob_index is not None
+            charges[r].append((adm.prob_index, adm.charged))
+            gens[s] += 1  # only this worker writes its slots: it knows each generation
+            writes[(s, gens[s])] = r
+        counts[r] += 1
+        # one read of a random slot anywhere in the pool, as a random account
+        reader = accounts[int(rng.integers(len(accounts)))]
+        try:
+            g = led.slots.authorize(reader, int(rng.integers(n_slots)))
+            rd = led.slots.read(g)
+            reads.append((rd.slot, rd.generation, rd.owner))
+        except (UnwrittenSlotError, StaleReadError):
+            refused += 1
+    return {"charges": charges, "counts": counts, "writes": writes, "reads": reads,
+            "refused": refused}
+
+
+def _verify(led: RiskLedger, results: list[dict[str, Any]], accounts: list[int],
+            total_ops: int) -> int:
+    writes: dict[tuple[int, int], int] = {}
+    for res in results:
+        writes.update(res["writes"])
+    misattributed = 0
+    n_reads = 0
+    for res in results:
+        for slot, gen, owner in res["reads"]:
+            n_reads += 1
+            misattributed += writes.get((slot, gen)) != owner
+    assert misattributed == 0
+    assert sum(sum(res["counts"].values()) for res in results) == total_ops
+    for r in accounts:
+        v = led.verdict(r)
+        events = sorted(c for res in results for c in res["charges"].get(r, []))
+        n = len(events)
+        assert [i for i, _ in events] == list(range(n))  # every index drawn exactly once
+        assert all(ch == telescoping_delta(i, DELTA_REQ) for i, ch in events)
+        assert v.counts.probabilistic == n
+        assert v.counts.total == sum(res["counts"].get(r, 0) for res in results)
+        assert v.spent == sum((ch for _, ch in events), Fraction(0))
+        assert v.spent == telescoping_spent(n, DELTA_REQ) < DELTA_REQ
+    return n_reads
+
+
+@pytest.mark.slow
+def test_sixteen_threads_eight_accounts(tmp_path: Path) -> None:
+    n_threads, n_accounts, total = 16, 8, 100_000
+    n_slots = n_threads * 8
+    led = RiskLedger(n_slots=n_slots)
+    accounts = [led.open_request(delta_req=DELTA_REQ) for _ in range(n_accounts)]
+    results: list[dict[str, Any]] = [{} for _ in range(n_threads)]
+    errors: list[BaseException] = []
+
+    def run(t: int) -> None:
+        try:
+            results[t] = _work(led, accounts, total // n_threads, seed=t, slot_base=8 * t,
+                               slots_per_worker=8, n_slots=n_slots)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - t0
+    assert not errors, errors
+    n_reads = _verify(led, results, accounts, total)
+    assert n_reads > total // 2
+    assert led.stats().counts.total == total
+    print(f"16 threads: {total} admissions and {n_reads} reads in {elapsed:.2f} s")
+
+
+def _proc(path: str, accounts: list[int], seed: int, n_ops: int, out: str) -> None:
+    import pickle
+
+    led = RiskLedger(n_slots=64, journal=path)
+    res = _work(led, accounts, n_ops, seed=seed, slot_base=16 * seed, slots_per_worker=16,
+                n_slots=64)
+    with open(out, "wb") as f:
+        pickle.dump(res, f)
+    led.close()
+    os._exit(0)
+
+
+@pytest.mark.slow
+def test_four_processes_share_one_journal(tmp_path: Path) -> None:
+    import pickle
+
+    path = tmp_path / "shared.sqlite"
+    led = RiskLedger(n_slots=64, journal=path)
+    accounts = [led.open_request(delta_req=DELTA_REQ) for _ in range(4)]
+    led.close()
+    ctx = multiprocessing.get_context("fork")
+    n_ops = 150
+    outs = [str(tmp_path / f"res{i}.pkl") for i in range(4)]
+    procs = [ctx.Process(target=_proc, args=(str(path), accounts, i, n_ops, outs[i]))
+             for i in range(4)]
+    t0 = time.perf_counter()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+        assert p.exitcode == 0
+    elapsed = time.perf_counter() - t0
+    results = []
+    for o in outs:
+        with open(o, "rb") as f:
+            results.append(pickle.load(f))
+    final = RiskLedger(n_slots=64, journal=path)
+    _verify(final, results, accounts, 4 * n_ops)
+    assert final.stats().counts.total == 4 * n_ops
+    final.close()
+    print(f"4 processes: {4 * n_ops} journaled admissions in {elapsed:.2f} s")
