@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # The main job: set-up from nothing, then the demonstration.
+#   1. the typed contract algebra on the storage -> selection chain;
+#   2. SmolLM2-135M's attention memory observed through the WitCert meters under
+#      several KV-cache compression schemes (report, JSON and plot in out/demo/).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/setup.sh
 .venv/bin/python examples/worked_chain.py
+echo
+.venv/bin/python -m witcert_adapters.demo --out out/demo
+echo
+echo "report: out/demo/report.txt  json: out/demo/report.json  plot: out/demo/coverage.png"

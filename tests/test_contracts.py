@@ -231,3 +231,18 @@ def test_float_bound_rounds_upward(a: Fraction, b: Fraction) -> None:
     x = 0.1
     r = kk(a, b).bound(x)
     assert Fraction(r.raw) >= a * Fraction(x) + b
+
+
+def test_saturated_or_infinite_input_readings() -> None:
+    tv_in = Reading(T, math.inf, evidence=P)
+    assert tv_in.value == 1.0 and tv_in.tier is Tier.SATURATED
+    scale = Contract(T, T, a=2, b=Fraction(1, 10), evidence=P, name="x2")
+    # The true TV never exceeds 1, so the reported value (not the raw score) is the input.
+    assert scale.bound(tv_in).raw == pytest.approx(2.1)
+    grow = Contract(K, L, a=3, b=0, evidence=P, name="score")
+    inf_in = Reading(K, math.inf, evidence=P)
+    assert inf_in.tier is Tier.SATURATED
+    out = grow.bound(inf_in)
+    assert out.raw == math.inf and out.tier is Tier.SATURATED
+    flat = Contract(K, L, a=0, b=Fraction(1, 2), evidence=P, name="flat")
+    assert flat.bound(inf_in).raw == 0.5

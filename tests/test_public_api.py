@@ -12,7 +12,7 @@ import pytest
 
 import witcert_calculus
 
-MODULES = ["errors", "metrics", "tiers", "contracts", "bridges", "ledger"]
+MODULES = ["errors", "metrics", "tiers", "contracts", "bridges", "ledger", "meters"]
 
 
 def test_all_is_sorted_and_every_name_imports() -> None:

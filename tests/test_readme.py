@@ -31,3 +31,14 @@ def test_readme_names_exactly_two_setup_commands() -> None:
                                                            "bash scripts/test.sh"]
     ci = (README.parent / ".ci" / "run").read_text()
     assert "bash scripts/test.sh" in ci
+
+
+def test_demo_excerpt_in_readme_is_the_stored_report() -> None:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "render_readme", README.parent / "scripts" / "render_readme.py")
+    assert spec and spec.loader
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    stored = (README.parent / "docs" / "demo_report.txt").read_text()
+    assert render.readme_block(stored) in README.read_text()

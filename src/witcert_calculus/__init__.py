@@ -15,6 +15,7 @@ Main declarations (see each module for more):
 - errors: :class:`WitcertError` and its tree
 
 - ledger: :class:`RiskLedger`, :func:`telescoping_delta`, :class:`SlotTable`, :class:`EProcess`
+- meters: :func:`band_witness`, :func:`logit_bound`, :func:`tv_meter`, :func:`tv_eform`, ...
 
 Heavy modules (bridges, ledger and meters, which need numpy) load on first use, so that
 ``import witcert_calculus`` stays fast.
@@ -130,52 +131,63 @@ if TYPE_CHECKING:
         telescoping_spent,
         tradeoff_curve,
     )
+    from witcert_calculus.meters import (
+        ByteAccount,
+        DispersionCounterexample,
+        DitherKey,
+        DitheredKeys,
+        PageInPlan,
+        RopeLayout,
+        TVBatch,
+        TVBound,
+        band_channels,
+        band_norms,
+        band_pairs,
+        band_witness,
+        block_summary,
+        byte_account,
+        delta_local,
+        dispersion_bound_unsound,
+        dither_dequantize,
+        dither_mean_offset,
+        dither_noise,
+        dither_quantize,
+        dither_variance_proxy,
+        logit_bound,
+        logit_linf_reading,
+        output_error_bound,
+        output_error_contract,
+        page_in_order,
+        rate_upper_bound,
+        select_outlier_pairs,
+        sentinel_rounds,
+        subgaussian_radius,
+        tier_b_certificate,
+        tv_bounds_batch,
+        tv_eform,
+        tv_meter,
+        tv_retention,
+        tv_tanh_max,
+        tv_two_sided,
+    )
 
-_LAZY: dict[str, str] = {
-    **{name: "witcert_calculus.bridges" for name in (
-        "Pooling", "Recurrence", "StableRows", "empirical_ratio_bridge", "pooling",
-        "rank_prefix_selection", "rank_prefix_stable", "recurrence", "score_bridge",
-        "selector_mass_eform", "softmax_tv_affine", "softmax_tv_eform", "softmax_tv_tanh",
-        "softmax_tv_tanh_osc", "witness_contract")},
-    **{name: "witcert_calculus.ledger" for name in (
-        "Admission",
-        "Aggregate",
-        "Decision",
-        "EProcess",
-        "EProcessState",
-        "EmpiricalPolicy",
-        "EntryAdmission",
-        "EntryCertification",
-        "EventCounts",
-        "EventKind",
-        "LedgerStats",
-        "ReadGrant",
-        "RiskLedger",
-        "SlotRead",
-        "SlotRecord",
-        "SlotState",
-        "SlotTable",
-        "Verdict",
-        "certify_entries",
-        "certify_step",
-        "telescoping_delta",
-        "telescoping_spent",
-        "tradeoff_curve",
-    )},
-}
+_LAZY_MODULES = ("witcert_calculus.bridges", "witcert_calculus.ledger", "witcert_calculus.meters")
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'witcert_calculus' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    # Names of the heavy modules load on first use (PEP 562).
+    if name in __all__:
+        for module in _LAZY_MODULES:
+            mod = importlib.import_module(module)
+            if name in mod.__all__:
+                value = getattr(mod, name)
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module 'witcert_calculus' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [
@@ -187,9 +199,13 @@ __all__ = [
     "AttentionOutputL2",
     "AttentionTV",
     "BudgetExceededError",
+    "ByteAccount",
     "Composition",
     "Contract",
     "Decision",
+    "DispersionCounterexample",
+    "DitherKey",
+    "DitheredKeys",
     "EProcess",
     "EProcessState",
     "EmpiricalPolicy",
@@ -213,6 +229,7 @@ __all__ = [
     "NotAMetricError",
     "Number",
     "OutOfDomainError",
+    "PageInPlan",
     "PerTokenL2",
     "PerTokenMax",
     "PooledError",
@@ -229,6 +246,7 @@ __all__ = [
     "Restricted",
     "ReusedRequestIdError",
     "RiskLedger",
+    "RopeLayout",
     "SelectorMass",
     "Site",
     "SlotRead",
@@ -237,6 +255,8 @@ __all__ = [
     "SlotTable",
     "StableRows",
     "StaleReadError",
+    "TVBatch",
+    "TVBound",
     "Tier",
     "Transfer",
     "TransferKind",
@@ -246,28 +266,57 @@ __all__ = [
     "ValueResidual",
     "Verdict",
     "WitcertError",
+    "band_channels",
+    "band_norms",
+    "band_pairs",
+    "band_witness",
+    "block_summary",
+    "byte_account",
     "certify_entries",
     "certify_step",
     "chain",
     "decide_tier",
+    "delta_local",
+    "dispersion_bound_unsound",
+    "dither_dequantize",
+    "dither_mean_offset",
+    "dither_noise",
+    "dither_quantize",
+    "dither_variance_proxy",
     "empirical_ratio_bridge",
     "identity",
+    "logit_bound",
+    "logit_linf_reading",
     "metric_info",
     "metric_name",
+    "output_error_bound",
+    "output_error_contract",
+    "page_in_order",
     "pooling",
     "rank_prefix_selection",
     "rank_prefix_stable",
+    "rate_upper_bound",
     "recurrence",
     "register_metric",
     "score_bridge",
+    "select_outlier_pairs",
     "selector_mass_eform",
+    "sentinel_rounds",
     "softmax_tv_affine",
     "softmax_tv_eform",
     "softmax_tv_tanh",
     "softmax_tv_tanh_osc",
+    "subgaussian_radius",
     "telescoping_delta",
     "telescoping_spent",
+    "tier_b_certificate",
     "tradeoff_curve",
+    "tv_bounds_batch",
+    "tv_eform",
+    "tv_meter",
+    "tv_retention",
+    "tv_tanh_max",
+    "tv_two_sided",
     "weakest",
     "witness_contract",
 ]

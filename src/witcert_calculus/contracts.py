@@ -377,7 +377,9 @@ class Contract(Generic[In, Out]):
             if reading.regime is not Regime.BOUND:
                 raise RegimeMismatchError("bound", f"{metric_name(reading.metric)} "
                                           f"({reading.regime.value})", "a contract input (upper bound)")
-            x = reading.raw
+            # A metric that saturates never exceeds its saturation value, so the reported
+            # value bounds the error as well as the raw risk score does, and more tightly.
+            x = reading.value
             parts.append(reading.evidence)
             delta = delta + Fraction(reading.delta)
             if delta >= 1:
@@ -395,7 +397,10 @@ class Contract(Generic[In, Out]):
         return Reading(self.m_out, raw, evidence=evidence, delta=delta)
 
     def _evaluate(self, x: float) -> float:
-        affine = round_up(self.a * Fraction(x) + self.b)
+        if math.isinf(x):
+            affine = round_up(self.b) if self.a == 0 else math.inf
+        else:
+            affine = round_up(self.a * Fraction(x) + self.b)
         if all(s.transfer is None for s in self._stages):
             return affine
         y = x
@@ -584,7 +589,8 @@ class Reading(Generic[M]):
         if math.isnan(raw) or raw < info.lo:
             raise InvalidValueError("raw", self.raw, f"must be a number >= {info.lo} for "
                                     f"{metric_name(self.metric)}")
-        if info.saturation is None and raw > info.hi:
+        if info.saturation is None and raw > info.hi and not (
+                math.isinf(raw) and self.regime is Regime.BOUND):
             raise InvalidValueError("raw", self.raw, f"must be <= {info.hi} for "
                                     f"{metric_name(self.metric)}")
         delta = exact(self.delta, "delta", upper=Fraction(1), strict_upper=True)
@@ -597,8 +603,10 @@ class Reading(Generic[M]):
         object.__setattr__(self, "raw", raw)
         object.__setattr__(self, "delta", delta)
         object.__setattr__(self, "value", value)
+        # An infinite bound says nothing, whether or not the metric saturates.
+        saturation = math.inf if info.saturation is None and math.isinf(raw) else info.saturation
         object.__setattr__(self, "tier", decide_tier(self.evidence, value=raw,
-                                                     saturation=info.saturation))
+                                                     saturation=saturation))
 
     @property
     def saturated(self) -> bool:

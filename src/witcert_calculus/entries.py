@@ -8,7 +8,8 @@ back to the exact bytes for the others, so one bad entry costs that entry, not
 the step. An entry that falls back contributes 0 (exact bytes carry no error),
 so the step's bound is the aggregate of the kept entries' bounds: their sum
 (additive metrics such as a total-variation contribution) or their maximum
-(sup-norm metrics) (Lean: ``WitCert.Ledger.entry_fallback_sound``).
+(sup-norm metrics) (Lean: ``WitCert.Ledger.entry_fallback_sound`` and
+``WitCert.Ledger.entry_fallback_max_sound``).
 Whole-step certification keeps all entries or none.
 
 Sums are computed in float64 and then raised by the worst-case rounding of any

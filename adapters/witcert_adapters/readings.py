@@ -1,0 +1,140 @@
+"""Typed readings and contracts from a :class:`~witcert_adapters.hf.LiveRun`.
+
+Per layer, the worst (largest) Tier-A meter over all cells becomes a
+``Reading[AttentionTV[AtConsume]]`` backed by the meter's Lean theorem; its tier is
+decided by the machine (CERTIFIED below 1, SATURATED at or above). For dense memories the
+layer's coarse chain ``storage witness >> score bridge >> softmax->TV`` is also built
+from the layer's largest full-residual witness and query norm, and bounded; it is the
+composed contract a user can inspect with ``explain()``.
+
+Main declarations
+-----------------
+- :class:`LayerReading`, :func:`layer_readings`, :func:`dense_chain`, :func:`coverage`,
+  :func:`admit_readings` (into the request ledger).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import numpy as np
+
+from witcert_adapters.hf import LiveRun
+from witcert_calculus.contracts import Contract, Reading, chain
+from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.metrics import AtConsume, AttentionTV, KeyResidualAbs
+from witcert_calculus.tiers import Premise, Proof
+
+__all__ = ["METER_THEOREM", "LayerReading", "admit_readings", "coverage", "dense_chain",
+           "layer_readings"]
+
+METER_THEOREM: Final = "WitCert.Meters.tv_two_sided_sound"
+EFORM_THEOREM: Final = "WitCert.Meters.tv_eform_sound"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class LayerReading:
+    """One layer's worst-cell meter reading and (dense) composed chain.
+
+    Attributes:
+        layer: layer index.
+        meter: the worst cell's meter as a typed reading.
+        cell: ``(batch, head, position)`` of the worst cell.
+        chain: the composed contract, or ``None`` when not built.
+        chain_reading: the chain's bound, or ``None``.
+    """
+
+    layer: int
+    meter: Reading[AttentionTV[AtConsume]]
+    cell: tuple[int, int, int]
+    chain: Contract[KeyResidualAbs[AtConsume], AttentionTV[AtConsume]] | None
+    chain_reading: Reading[AttentionTV[AtConsume]] | None
+
+
+def _evidence(eform_wins: bool) -> Proof:
+    return Proof(EFORM_THEOREM if eform_wins else METER_THEOREM, (
+        Premise("c_t >= |eps_t| for every token (band Cauchy-Schwarz on stored witnesses)", True),
+        Premise("p_tilde is the attention the layer used", True),
+    ))
+
+
+def layer_readings(run: LiveRun, *, chains: dict[int, Contract[Any, Any]] | None = None
+                   ) -> list[LayerReading]:
+    """Worst-cell readings per layer (and chains when given).
+
+    Args:
+        run: the observed run.
+        chains: optional per-layer composed contracts from
+            :func:`witcert_adapters.readings.dense_chain`; bounded at input 0 (the witness
+            contract carries its own constant).
+
+    Returns:
+        One :class:`LayerReading` per observed layer.
+    """
+    out: list[LayerReading] = []
+    for layer in run.layers:
+        raw = run.meter[layer]
+        flat = int(np.argmax(raw))
+        cell = tuple(int(i) for i in np.unravel_index(flat, raw.shape))
+        value = float(raw.reshape(-1)[flat])
+        eform_wins = float(run.one_sided[layer].reshape(-1)[flat]) <= float(
+            run.two_sided[layer].reshape(-1)[flat])
+        reading = Reading(AttentionTV[AtConsume], value, evidence=_evidence(eform_wins))
+        ch = None if chains is None else chains.get(layer)
+        out.append(LayerReading(layer, reading, (cell[0], cell[1], cell[2]), ch,
+                                None if ch is None else ch.bound(0.0)))
+    return out
+
+
+def dense_chain(*, witness_max: float, q_norm_max: float, scale: float
+                ) -> Contract[KeyResidualAbs[AtConsume], AttentionTV[AtConsume]]:
+    """``storage witness >> score bridge >> softmax->TV (e-form)`` for one layer.
+
+    Args:
+        witness_max: largest full-residual witness ``||k_hat - k||`` in the layer.
+        q_norm_max: largest query norm in the layer.
+        scale: the attention scale.
+    """
+    from witcert_calculus.bridges import score_bridge, softmax_tv_eform, witness_contract
+
+    return chain(witness_contract(AtConsume, witness_max=witness_max),
+                 score_bridge(AtConsume, scale=scale, q_norm_max=q_norm_max),
+                 softmax_tv_eform(AtConsume))
+
+
+def coverage(run: LiveRun, *, threshold: float, min_position: int = 0) -> float:
+    """Fraction of (layer, batch, head, position) cells whose reported meter is <= threshold.
+
+    Only cells at positions ``>= min_position`` count (e.g. decode steps only).
+
+    Raises:
+        InvalidValueError: ``threshold`` outside ``[0, 1]`` or no cell selected.
+    """
+    if not 0.0 <= threshold <= 1.0:
+        raise InvalidValueError("threshold", threshold, "must lie in [0, 1]")
+    hit = 0
+    total = 0
+    for layer in run.layers:
+        sel = run.positions[layer] >= min_position
+        rep = run.reported(layer)[..., sel]
+        hit += int((rep <= threshold).sum())
+        total += rep.size
+    if total == 0:
+        raise InvalidValueError("min_position", min_position, "selects no cell")
+    return hit / total
+
+
+def admit_readings(ledger: Any, request_id: int, readings: list[LayerReading]) -> Any:
+    """Admit every layer's worst-cell meter reading into ``request_id``'s ledger account.
+
+    Tier-A readings are deterministic (delta 0) and cost nothing; a saturated reading caps
+    the request's verdict at PARTIALLY_CERTIFIED (the ledger's rule). Tier-B readings are
+    admitted by the probe itself, one probabilistic event per forward call (see
+    :mod:`witcert_adapters.hf`). Returns the ledger's
+    :class:`~witcert_calculus.ledger.Verdict` after the admissions.
+    """
+    for r in readings:
+        ledger.admit(request_id, r.meter, token=f"r{request_id}-l{r.layer}")
+    return ledger.verdict(request_id)

@@ -1,0 +1,202 @@
+"""Torch port of the subtractively dithered INT8 key quantizer of :mod:`witcert_calculus.dither`.
+
+The numpy module is the reference; this port produces the *same bits*: the same
+Philox-4x32-10 stream keyed by ``(request, layer, kv_head, token, channel)`` (counter words
+``(channel, token, kv_head, layer)``, key words ``(request mod 2^32, request div 2^32)``,
+``xi = (w0 >> 8) * 2^-24 - 1/2``), the same block scale ``amax / (Q - 1/2)`` stored in
+float16 *rounded upward*, the same codes ``rint(x/s + xi)`` computed with the scale exactly
+as stored, and the same reconstruction ``s * (code - xi)`` in float64. The test suite
+checks bit-identity of the noise, the scales, the codes and the reconstruction against
+the numpy reference.
+
+uint32 arithmetic is done in int64 with explicit 16-bit limbs for the 32x32 -> 64-bit
+products (every intermediate stays below 2^49), so nothing relies on wrapping overflow.
+
+Outlier pairs are not supported here (the registered ``dither_int8`` scheme keeps none);
+use the numpy reference for stores with exact outlier pairs.
+
+Main declarations
+-----------------
+- :func:`philox4x32`: Philox-4x32-10 on int64 tensors holding uint32 words.
+- :func:`dither_noise`: the dither ``xi`` for ``[kv_heads, tokens, channels]``.
+- :class:`DitherEncoding`, :func:`dither_quantize`: codes, float16 scales and the
+  reconstruction for ``[batch, kv_heads, tokens, head_dim]`` keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, final
+
+import torch
+
+from witcert_calculus.errors import InvalidValueError
+
+__all__ = ["QMAX", "DitherEncoding", "dither_noise", "dither_quantize", "philox4x32"]
+
+QMAX: Final = 127
+_MASK: Final = 0xFFFFFFFF
+_M0: Final = 0xD2511F53
+_M1: Final = 0xCD9E8D57
+_W0: Final = 0x9E3779B9
+_W1: Final = 0xBB67AE85
+
+
+def _mulhilo(a: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # (hi, lo) 32-bit words of a * m for a in [0, 2^32) (int64) and a constant m < 2^32.
+    p_lo = a * (m & 0xFFFF)  # < 2^48
+    p_hi = a * (m >> 16)  # < 2^48
+    s = (p_hi & 0xFFFF) * 65536 + p_lo  # < 2^49
+    return (p_hi >> 16) + (s >> 32), s & _MASK
+
+
+def philox4x32(counter: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+               key: tuple[int, int], *, rounds: int = 10
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Philox-4x32 (Random123) on broadcast int64 tensors holding uint32 counter words.
+
+    Args:
+        counter: four int64 tensors (broadcastable) with values in ``[0, 2^32)``.
+        key: two key words (taken modulo ``2^32``).
+        rounds: number of rounds (10 is the standard strength).
+
+    Returns:
+        The four output words as int64 tensors with values in ``[0, 2^32)``.
+
+    Raises:
+        InvalidValueError: ``rounds`` below 1.
+
+    Example:
+        >>> z = torch.zeros((), dtype=torch.int64)
+        >>> [hex(int(w)) for w in philox4x32((z, z, z, z), (0, 0))]
+        ['0x6627e8d5', '0xe169c58d', '0xbc57ac4c', '0x9b00dbd8']
+    """
+    if rounds < 1:
+        raise InvalidValueError("rounds", rounds, "must be >= 1")
+    words = [w.to(torch.int64) & _MASK for w in counter]
+    shape = (words[0] + words[1] + words[2] + words[3]).shape  # the broadcast shape
+    c0, c1, c2, c3 = (w.expand(shape) for w in words)
+    k0 = int(key[0]) & _MASK
+    k1 = int(key[1]) & _MASK
+    for i in range(rounds):
+        if i:
+            k0 = (k0 + _W0) & _MASK
+            k1 = (k1 + _W1) & _MASK
+        hi0, lo0 = _mulhilo(c0, _M0)
+        hi1, lo1 = _mulhilo(c2, _M1)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return c0, c1, c2, c3
+
+
+def dither_noise(*, request: int, layer: int, kv_heads: int, tokens: torch.Tensor,
+                 head_dim: int) -> torch.Tensor:
+    """The dither ``xi[h, t, c]`` in ``[-1/2, 1/2)``, float64 ``[kv_heads, S, head_dim]``.
+
+    A pure function of ``(request, layer, kv_head, token, channel)``: bit-identical to
+    :func:`witcert_calculus.dither.dither_noise` for ``DitherKey(request, layer, kv_head)``.
+
+    Raises:
+        InvalidValueError: an index outside its range (request ``< 2^64``, others ``< 2^32``).
+
+    Example:
+        >>> xi = dither_noise(request=7, layer=0, kv_heads=2, tokens=torch.arange(4), head_dim=8)
+        >>> tuple(xi.shape), bool((xi >= -0.5).all() and (xi < 0.5).all())
+        ((2, 4, 8), True)
+    """
+    for name, value, bits in (("request", request, 64), ("layer", layer, 32),
+                              ("kv_heads", kv_heads, 32), ("head_dim", head_dim, 32)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**bits:
+            raise InvalidValueError(name, value, f"must be an int in [0, 2^{bits})")
+    t = tokens.to(torch.int64)
+    if t.ndim != 1 or (t.numel() and (int(t.min()) < 0 or int(t.max()) >= 2**32)):
+        raise InvalidValueError("tokens", tuple(t.shape), "must be 1-D positions in [0, 2^32)")
+    ch = torch.arange(head_dim, dtype=torch.int64).view(1, 1, -1)
+    tk = t.view(1, -1, 1)
+    hd = torch.arange(kv_heads, dtype=torch.int64).view(-1, 1, 1)
+    ly = torch.full((1, 1, 1), layer, dtype=torch.int64)
+    w0, _, _, _ = philox4x32((ch, tk, hd, ly), (request & _MASK, request >> 32))
+    return (w0 >> 8).to(torch.float64) * 2.0**-24 - 0.5
+
+
+def _round_up_f16(x: torch.Tensor) -> torch.Tensor:
+    # Nonnegative float64 -> float16 rounded toward +inf (the next float16 up, by its bits,
+    # wherever the nearest cast went down); an overflow is an error, never a clamp.
+    low = x.to(torch.float16)
+    up = (low.view(torch.int16) + 1).view(torch.float16)
+    out = torch.where(low.to(torch.float64) < x, up, low)
+    if not bool(torch.isfinite(out).all()):
+        bad = float(x[~torch.isfinite(out)].reshape(-1)[0]) * (QMAX - 0.5)
+        raise InvalidValueError("block amax", bad, "its scale amax/126.5 overflows float16 (65504)")
+    return out
+
+
+@final
+@dataclass(frozen=True, slots=True, eq=False)
+class DitherEncoding:
+    """A dithered store of ``[batch, kv_heads, tokens, head_dim]`` keys.
+
+    Attributes:
+        codes: int8 codes, same shape as the keys.
+        scales: float16 block scales ``[batch, kv_heads, tokens, n_blocks]`` as stored.
+        x_hat: float64 reconstruction ``s * (code - xi)``.
+        block_size: channels per scale block (contiguous).
+    """
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    x_hat: torch.Tensor
+    block_size: int
+
+
+def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
+                    block_size: int) -> DitherEncoding:
+    """Quantize keys with subtractive dither, the numpy reference's arithmetic in torch.
+
+    Token ``i`` of the block sits at absolute position ``start + i``; the stream does not
+    depend on the batch index (a batch shares one stream per request).
+
+    Args:
+        x: keys ``[batch, kv_heads, tokens, head_dim]`` (values taken exactly as float64).
+        request: request id (keys the stream).
+        layer: layer index.
+        start: absolute position of the first token.
+        block_size: channels per float16 scale; must divide ``head_dim``.
+
+    Returns:
+        The :class:`DitherEncoding`.
+
+    Raises:
+        InvalidValueError: non-finite keys, a bad shape or block size, a scale that
+            overflows float16, or (never with the upward-rounded scale) a clipped code.
+
+    Example:
+        >>> x = torch.linspace(-1, 1, 16).reshape(1, 1, 2, 8)
+        >>> enc = dither_quantize(x, request=1, layer=0, start=0, block_size=8)
+        >>> s = enc.scales.to(torch.float64).repeat_interleave(8, dim=-1)
+        >>> bool(((enc.x_hat - x.double()).abs() <= s / 2).all())
+        True
+    """
+    if x.ndim != 4:
+        raise InvalidValueError("x", tuple(x.shape), "must be [batch, kv_heads, tokens, head_dim]")
+    b, h, s_count, d = x.shape
+    if block_size < 1 or d % block_size:
+        raise InvalidValueError("block_size", block_size, f"must be >= 1 and divide head_dim {d}")
+    if start < 0:
+        raise InvalidValueError("start", start, "must be >= 0")
+    a = x.detach().to(torch.float64)
+    if not bool(torch.isfinite(a).all()):
+        raise InvalidValueError("x", "tensor", "keys must be finite")
+    nb = d // block_size
+    amax = a.abs().reshape(b, h, s_count, nb, block_size).amax(dim=-1)
+    scales = _round_up_f16(amax / (QMAX - 0.5))
+    s = scales.to(torch.float64).repeat_interleave(block_size, dim=-1)  # exactly as stored
+    xi = dither_noise(request=request, layer=layer, kv_heads=h,
+                      tokens=torch.arange(start, start + s_count), head_dim=d).unsqueeze(0)
+    pos = s > 0
+    codes = torch.where(pos, torch.round(a / torch.where(pos, s, torch.ones_like(s)) + xi),
+                        torch.zeros_like(s))
+    if bool((codes.abs() > QMAX).any()):
+        raise InvalidValueError("codes", float(codes.abs().max()),
+                                f"exceed +-{QMAX}: the scale does not cover the block")
+    x_hat = s * (codes - xi)
+    return DitherEncoding(codes.to(torch.int8), scales, x_hat, block_size)

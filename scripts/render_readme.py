@@ -1,0 +1,56 @@
+"""Copy the demo's report into docs/ and splice its excerpt into the README.
+
+Run after ``bash scripts/demo.sh`` (or ``python -m witcert_adapters.demo --out out/demo``):
+
+    .venv/bin/python scripts/render_readme.py [out/demo/report.txt]
+
+The README shows the first request's report and the measured table exactly as the
+demo printed them; ``tests/test_readme.py`` fails when the README and
+``docs/demo_report.txt`` disagree, and the slow demo test fails when a fresh run no
+longer reproduces ``docs/demo_report.txt``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STORED = ROOT / "docs" / "demo_report.txt"
+BEGIN, END = "<!-- demo-report:begin -->", "<!-- demo-report:end -->"
+
+
+def stable(report: str) -> str:
+    """The report without its timing figures (wall time, model load), which vary run to run."""
+    lines = [ln for ln in report.splitlines() if not ln.startswith("wall time")]
+    return "\n".join(re.sub(r"; model load [0-9.]+ s", "", ln) for ln in lines).rstrip() + "\n"
+
+
+def excerpt(report: str) -> str:
+    """The header, the first request, and the measured table of a report."""
+    text = stable(report)
+    head, _, rest = text.partition("\nrequest 1:")
+    first = "request 1:" + rest.split("\nrequest 2:", 1)[0]
+    table = "Measured table" + text.split("\nMeasured table", 1)[1]
+    return f"{head.strip()}\n\n{first.strip()}\n\n[... one block per request ...]\n\n{table.strip()}\n"
+
+
+def readme_block(report: str) -> str:
+    """The README block (markers included) for a report."""
+    return f"{BEGIN}\n```text\n{excerpt(report)}```\n{END}"
+
+
+def main() -> None:
+    """Store the report and rewrite the README block."""
+    src = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "out" / "demo" / "report.txt"
+    report = stable(src.read_text())
+    STORED.write_text(report)
+    readme = (ROOT / "README.md").read_text()
+    start, stop = readme.index(BEGIN), readme.index(END) + len(END)
+    (ROOT / "README.md").write_text(readme[:start] + readme_block(report) + readme[stop:])
+    print(f"stored {STORED.relative_to(ROOT)} and updated README.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""The transformers attachment on tiny random-initialised models, and the acceptance gate."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tiny_models import kimi_linear, qwen3_next, run_probe, tiny_model  # noqa: E402
+from witcert_adapters.architectures import spec_for  # noqa: E402
+from witcert_adapters.gate import run_gate  # noqa: E402
+from witcert_adapters.hf import Probe, WitnessCache, attach  # noqa: E402
+from witcert_adapters.readings import coverage, dense_chain, layer_readings  # noqa: E402
+from witcert_calculus.errors import InvalidValueError  # noqa: E402
+from witcert_calculus.tiers import Tier  # noqa: E402
+
+FAMILIES = ["llama", "qwen2", "deepseek_v2", "deepseek_v3"]
+
+
+def _ids(seed: int = 0, n: int = 6) -> Any:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 97, (1, n), generator=g)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("scheme", ["int8_token", "int4_g32", "kivi2_g32", "fp8_e5m2", "dither_int8"])
+def test_every_class_reads_through_the_gate(family: str, scheme: str) -> None:
+    model = tiny_model(family)
+    with attach(model, scheme=scheme, audit=True) as probe:
+        tokens = run_probe(model, probe, _ids(), 3)
+        run = probe.result()
+    verdict = run_gate(run, tokens=tokens)
+    assert verdict.accepted, str(verdict)
+    assert run.memory_class == spec_for(model.config.model_type).memory_class
+    sound = verdict.stages[2]
+    assert sound.failures == 0 and sound.checked >= 2 * 4 * tokens
+    readings = layer_readings(run)
+    assert [r.layer for r in readings] == [0, 1]
+    assert all(r.meter.tier in (Tier.CERTIFIED, Tier.SATURATED) for r in readings)
+    assert any(float(run.true_tv[layer].max()) > 0 for layer in run.layers)
+
+
+@pytest.mark.parametrize("family", ["llama", "deepseek_v3"])
+def test_adapter_off_generation_is_bit_identical(family: str) -> None:
+    model = tiny_model(family)
+    ids = _ids(1)
+    with torch.no_grad():
+        plain = model.generate(ids, max_new_tokens=6, do_sample=False, output_logits=True,
+                               return_dict_in_generate=True)
+        off = model.generate(ids, max_new_tokens=6, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True,
+                             cache=WitnessCache(config=model.config, spec=spec_for(model.config.model_type),
+                                                scheme=None))
+        with attach(model, scheme="identity", audit=True) as probe:
+            observed = model.generate(ids, max_new_tokens=6, do_sample=False, output_logits=True,
+                                      return_dict_in_generate=True, cache=probe.new_cache())
+            run = probe.result()
+    for other in (off, observed):
+        assert torch.equal(plain.sequences, other.sequences)
+        assert all(torch.equal(a, b) for a, b in zip(plain.logits, other.logits, strict=True))
+    # identity: witnesses are exactly zero, so the meter is exactly zero and the gate accepts
+    assert all(float(run.meter[layer].max()) == 0.0 for layer in run.layers)
+
+
+def test_keys_arrive_post_rope() -> None:
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    model = tiny_model("llama")
+    attn = model.model.layers[0].self_attn
+    seen: dict[str, Any] = {}
+    h1 = attn.k_proj.register_forward_hook(lambda m, a, out: seen.__setitem__("pre", out.detach()))
+    h2 = attn.register_forward_pre_hook(
+        lambda m, a, kw: seen.__setitem__("pos", kw["position_embeddings"]), with_kwargs=True)
+
+    class Spy(WitnessCache):
+        def update(self, k: Any, v: Any, layer_idx: int, *a: Any, **kw: Any) -> Any:
+            if layer_idx == 0:
+                seen["cached"] = k.detach()
+            return super().update(k, v, layer_idx, *a, **kw)
+
+    cache = Spy(config=model.config, spec=spec_for("llama"), scheme=None)
+    with torch.no_grad():
+        model(_ids(2, 8), cache=cache, use_cache=True)
+    h1.remove()
+    h2.remove()
+    pre = seen["pre"].view(1, 8, -1, attn.head_dim).transpose(1, 2)
+    cos, sin = seen["pos"]
+    rotated, _ = apply_rotary_pos_emb(pre, pre, cos, sin)
+    assert torch.allclose(seen["cached"], rotated, atol=1e-6)
+    assert not torch.allclose(seen["cached"][:, :, 1:], pre[:, :, 1:], atol=1e-3)
+
+
+def test_gate_rejects_a_path_the_model_never_takes() -> None:
+    model = tiny_model("llama")
+
+    class ProbeWithExtraPath(Probe):
+        def declared(self) -> frozenset[tuple[int, str]]:
+            return super().declared() | {(0, "indexer")}
+
+    probe = ProbeWithExtraPath(model, scheme="int8_token", audit=True)
+    try:
+        tokens = run_probe(model, probe, _ids(), 2)
+        run = probe.result()
+    finally:
+        probe.close()
+    verdict = run_gate(run, tokens=tokens)
+    assert not verdict.accepted and verdict.failed_stage == "coverage"
+    assert "(0, 'indexer')" in verdict.stages[0].detail
+    assert verdict.stages[1].passed is None and verdict.stages[2].passed is None
+
+
+def test_gate_rejects_an_overwritten_per_layer_state() -> None:
+    model = tiny_model("llama")
+
+    class OneSlotProbe(Probe):
+        def layer_key(self, layer: int) -> int:
+            return 0  # every layer's readings land in layer 0's accumulator
+
+    probe = OneSlotProbe(model, scheme="int8_token", audit=True)
+    try:
+        tokens = run_probe(model, probe, _ids(), 2)
+        run = probe.result()
+    finally:
+        probe.close()
+    verdict = run_gate(run, tokens=tokens)
+    assert verdict.failed_stage == "coverage"
+    assert "layer 1" in verdict.stages[0].detail or "never observed" in verdict.stages[0].detail
+
+
+def test_gate_rejects_counters_that_did_not_advance() -> None:
+    model = tiny_model("llama")
+    with attach(model, scheme="int8_token", audit=True) as probe:
+        tokens = run_probe(model, probe, _ids(), 2)
+        run = probe.result()
+    verdict = run_gate(run, tokens=tokens + 1)
+    assert verdict.failed_stage == "coverage"
+    assert "tokens written" in verdict.stages[0].detail
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -0.25])
+def test_gate_rejects_a_value_out_of_range(bad: float) -> None:
+    model = tiny_model("qwen2")
+    with attach(model, scheme="int8_token", audit=True) as probe:
+        tokens = run_probe(model, probe, _ids(), 2)
+        run = probe.result()
+    meter = dict(run.meter)
+    corrupted = meter[1].copy()
+    corrupted[0, 0, -1] = bad
+    meter[1] = corrupted
+    verdict = run_gate(dataclasses.replace(run, meter=meter), tokens=tokens)
+    assert verdict.failed_stage == "magnitude"
+    assert "layer 1" in verdict.stages[1].detail
+    assert verdict.stages[2].passed is None
+
+
+def test_gate_rejects_an_unsound_meter() -> None:
+    """Wiring the known-unsound dispersion shape in place of the meter must fail soundness."""
+    from witcert_calculus.meters import dispersion_bound_unsound
+
+    model = tiny_model("llama")
+    with attach(model, scheme="kivi2_g32", audit=True) as probe:
+        cache = probe.new_cache()
+        ids = _ids(3, 10)
+        with torch.no_grad():
+            model(ids, cache=cache, use_cache=True)
+        run = probe.result()
+    assert run_gate(run, tokens=10).accepted
+    p, c = run.last_p, run.last_c
+    unsound = {}
+    for layer in run.layers:
+        m = run.meter[layer].copy()
+        for h in range(m.shape[1]):
+            m[0, h, -1] = dispersion_bound_unsound(p[layer][0, h] / p[layer][0, h].sum(),
+                                                   c[layer][0, h])
+        unsound[layer] = m
+    verdict = run_gate(dataclasses.replace(run, meter=unsound), tokens=10)
+    assert verdict.failed_stage == "soundness", str(verdict)
+    assert verdict.stages[2].failures > 0
+
+
+def test_probe_requires_eager_attention_and_known_layouts() -> None:
+    model = tiny_model("llama")
+    model.config._attn_implementation = "sdpa"
+    with pytest.raises(InvalidValueError, match="eager"):
+        Probe(model, scheme="int8_token")
+    with pytest.raises(InvalidValueError, match="no_such_arch"):
+        spec_for("no_such_arch")
+
+
+def test_dense_chain_and_coverage() -> None:
+    model = tiny_model("llama")
+    with attach(model, scheme="int8_token", audit=True) as probe:
+        run_probe(model, probe, _ids(), 3)
+        run = probe.result()
+    chains = {layer: dense_chain(witness_max=run.witness_full_max[layer],
+                                 q_norm_max=run.q_norm_max[layer], scale=16 ** -0.5)
+              for layer in run.layers}
+    readings = layer_readings(run, chains=chains)
+    for r in readings:
+        assert r.chain_reading is not None
+        # the coarse chain (global sup) never undercuts the per-cell meter's worst cell
+        assert r.chain_reading.value >= min(1.0, r.meter.raw) - 1e-12
+    cov = coverage(run, threshold=1.0)
+    assert cov == 1.0
+    assert 0.0 <= coverage(run, threshold=0.01, min_position=6) <= 1.0
+    with pytest.raises(InvalidValueError, match="threshold"):
+        coverage(run, threshold=1.5)
+    assert np.all(run.reported(0) <= 1.0)
+
+
+@pytest.mark.parametrize("family", FAMILIES + ["qwen3_next", "kimi_linear"])
+def test_recomputed_queries_reproduce_the_models_attention(family: str) -> None:
+    """The queries the meter uses are the layer's own: with them and the cached (compressed)
+    keys, softmax reproduces the attention probabilities the layer returned (also for the
+    full-attention layer of the hybrids: gated partial-RoPE GQA, MLA with NoPE)."""
+    model = {"qwen3_next": qwen3_next, "kimi_linear": kimi_linear}.get(
+        family, lambda: tiny_model(family))()
+    spec = spec_for(model.config.model_type)
+    attn = model.model.layers[1].self_attn
+    seen: dict[str, Any] = {}
+    h1 = attn.register_forward_pre_hook(
+        lambda m, a, kw: seen.__setitem__("q", spec.queries(m, kw["hidden_states"],
+                                                            kw.get("position_embeddings"))),
+        with_kwargs=True)
+    h2 = attn.register_forward_hook(lambda m, a, out: seen.__setitem__("p", out[1]))
+    cache = WitnessCache(config=model.config, spec=spec, scheme=None)
+    ids = _ids(5, 7)
+    with torch.no_grad():
+        model(ids, cache=cache, use_cache=True)
+        model(ids[:, :1], cache=cache, use_cache=True)  # one decode step
+    h1.remove()
+    h2.remove()
+    layer = cache.layers[1]
+    slots = [layer.keys, layer.values]
+    heads = seen["p"].shape[1]
+    logits = sum(float(attn.scaling) * torch.einsum(
+        "bhqd,bhsd->bhqs", q.double(),
+        slots[part.slot].double().repeat_interleave(heads // slots[part.slot].shape[1], dim=1))
+        for q, part in zip(seen["q"], spec.parts, strict=True))
+    assert torch.allclose(torch.softmax(logits, dim=-1), seen["p"].double(), atol=1e-6)

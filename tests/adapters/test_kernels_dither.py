@@ -1,0 +1,80 @@
+"""The torch port of the dithered INT8 quantizer is bit-identical to the numpy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+from witcert_calculus import dither as ref  # noqa: E402
+from witcert_calculus.errors import InvalidValueError  # noqa: E402
+from witcert_calculus.witness import RopeLayout  # noqa: E402
+from witcert_kernels.dither import dither_noise, dither_quantize, philox4x32  # noqa: E402
+
+
+def test_philox_matches_the_reference_on_edge_counters() -> None:
+    words = np.array([0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF], dtype=np.uint64)
+    c = [words, words[::-1].copy(), np.roll(words, 2), np.roll(words, 3)]
+    for key in ((0, 0), (0xFFFFFFFF, 0xFFFFFFFF), (0x12345678, 0x9ABCDEF0)):
+        got = philox4x32(tuple(torch.from_numpy(w.astype(np.int64)) for w in c),  # type: ignore[arg-type]
+                         key)
+        want = ref.philox4x32((c[0], c[1], c[2], c[3]), key)
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g.numpy().astype(np.uint32), w)
+
+
+@settings(max_examples=40, deadline=None)
+@given(request=st.integers(0, 2**64 - 1), layer=st.integers(0, 2**32 - 1),
+       heads=st.integers(1, 3), start=st.integers(0, 2**32 - 8), d=st.sampled_from([2, 8, 64]))
+def test_noise_stream_is_bit_identical(request: int, layer: int, heads: int, start: int,
+                                       d: int) -> None:
+    tokens = np.arange(start, start + 5)
+    xi = dither_noise(request=request, layer=layer, kv_heads=heads,
+                      tokens=torch.from_numpy(tokens), head_dim=d)
+    for h in range(heads):
+        want = ref.dither_noise(ref.DitherKey(request, layer, h), tokens, head_dim=d)
+        assert np.array_equal(xi[h].numpy(), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), block=st.sampled_from([8, 16, 64]),
+       magnitude=st.sampled_from([1e-6, 1.0, 300.0, 5e4]), start=st.integers(0, 10_000),
+       request=st.integers(0, 2**64 - 1))
+def test_quantized_values_are_bit_identical(seed: int, block: int, magnitude: float, start: int,
+                                            request: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 2, 5, 64, generator=g, dtype=torch.float64) * magnitude
+    x[0, 1, 2, :block] = 0.0  # an all-zero block (scale 0) is handled like the reference
+    x[1, 0, 3, 5] = 40.0 * magnitude  # a massive channel
+    enc = dither_quantize(x.to(torch.float32), request=request, layer=7, start=start,
+                          block_size=block)
+    xs = x.to(torch.float32).to(torch.float64).numpy()
+    for b in range(2):
+        for h in range(2):
+            stored = ref.dither_quantize(xs[b, h], key=ref.DitherKey(request, 7, h),
+                                         tokens=np.arange(start, start + 5), block_size=block,
+                                         layout=RopeLayout.HALF_SPLIT)
+            assert np.array_equal(enc.scales[b, h].numpy(), stored.scales)
+            assert np.array_equal(enc.codes[b, h].numpy(), stored.payload)
+            assert np.array_equal(enc.x_hat[b, h].numpy(), ref.dither_dequantize(stored))
+            half = stored.channel_scales() / 2
+            assert bool((np.abs(enc.x_hat[b, h].numpy() - xs[b, h]) <= half).all())
+
+
+def test_scale_overflow_and_bad_arguments_raise_typed_errors() -> None:
+    big = torch.full((1, 1, 1, 8), 1e7)
+    with pytest.raises(InvalidValueError, match="overflows float16"):
+        dither_quantize(big, request=0, layer=0, start=0, block_size=8)
+    with pytest.raises(InvalidValueError, match="block_size"):
+        dither_quantize(torch.zeros(1, 1, 1, 8), request=0, layer=0, start=0, block_size=3)
+    with pytest.raises(InvalidValueError, match="finite"):
+        dither_quantize(torch.full((1, 1, 1, 8), float("nan")), request=0, layer=0, start=0,
+                        block_size=8)
+    with pytest.raises(InvalidValueError, match="request"):
+        dither_noise(request=-1, layer=0, kv_heads=1, tokens=torch.arange(2), head_dim=4)
+    with pytest.raises(InvalidValueError, match="rounds"):
+        z = torch.zeros((), dtype=torch.int64)
+        philox4x32((z, z, z, z), (0, 0), rounds=0)
