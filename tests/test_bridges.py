@@ -111,10 +111,14 @@ def test_sharp_tanh_is_attained_two_point() -> None:
     st.lists(finite, min_size=d, max_size=d), st.lists(finite, min_size=d, max_size=d))),
     st.floats(min_value=1e-3, max_value=2))
 def test_score_bridge_cauchy_schwarz(vecs: tuple[list[float], list[float]], scale: float) -> None:
-    q, dk = np.array(vecs[0]), np.array(vecs[1])
-    qn = math.nextafter(float(np.linalg.norm(q)), math.inf) * (1 + 1e-12)
+    def norm_up(v: list[float]) -> float:  # 50 digits: float norms of tiny vectors underflow
+        with mpmath.workdps(50):
+            return math.nextafter(float(mpmath.sqrt(mpmath.fsum(mpmath.mpf(x) ** 2 for x in v))),
+                                  math.inf)
+
+    qn = norm_up(vecs[0])
     c = score_bridge(AtConsume, scale=scale, q_norm_max=qn)
-    dk_norm = math.nextafter(float(np.linalg.norm(dk)), math.inf) * (1 + 1e-12)
+    dk_norm = norm_up(vecs[1])
     with mpmath.workdps(50):
         true = abs(mpmath.mpf(scale) * mpmath.fsum(mpmath.mpf(a) * mpmath.mpf(b) for a, b in zip(vecs[0], vecs[1])))
     assert true <= c.bound(dk_norm).raw

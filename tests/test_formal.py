@@ -70,8 +70,9 @@ def lean_sources() -> list[Path]:
 
 def test_export_is_current(export: dict[str, Any]) -> None:
     recorded = export["sources"]
+    # Official-toolchain-only files (the collectAxioms exporter) are not compiled here.
     current = {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
-               for p in lean_sources()}
+               for p in lean_sources() if p.stem not in lean_driver.OFFICIAL_ONLY}
     assert recorded == current, "formal/ changed since the last build: run scripts/lean_build.sh"
 
 

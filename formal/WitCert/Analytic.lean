@@ -46,8 +46,8 @@ they force `exp 1 = e`, which is irrational), so nothing is stated for `Rat` wit
 purely algebraic statements (`tv_le_eform_of_ratio`) need no exponential and hold in every
 ordered field, `Rat` included.
 
-Not proved here: the sharp `tanh (osc/4)` softmax bound and the uniform sub-Gaussian proxy
-`s²/12` (both need facts about `exp` beyond these laws, e.g. its power series).
+The sharp `tanh (osc/4)` softmax bound is proved from these laws in `WitCert/Sharp.lean`. Not
+proved here: the uniform sub-Gaussian proxy `s²/12` (it needs the power series of `exp`).
 -/
 
 namespace WitCert.Analytic

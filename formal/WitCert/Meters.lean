@@ -34,9 +34,9 @@ Soundness of the meters of `witcert_calculus.meters`, over the abstract ordered 
 
 `p = softmax z` is the exact attention and `p̃ = softmax z̃` the attention from compressed keys,
 over the tokens of a nonempty list `L`. The laws assumed are those of `WitCert.Analytic.ExpLaws`
-and `WitCert.Analytic.ExpLogLaws`, which `Real.exp` and `Real.log` satisfy. Not proved here: the
-per-band Cauchy–Schwarz logit bound (it needs square roots) and the output-error bound for vector
-values (it needs a norm).
+and `WitCert.Analytic.ExpLogLaws`, which `Real.exp` and `Real.log` satisfy. The per-band
+Cauchy–Schwarz logit bound is in `WitCert/Witness.lean` (squared norms over `Rat`) and the
+output-error bound for vector values in `WitCert/Output.lean` (with the laws of a norm).
 -/
 
 namespace WitCert.Meters

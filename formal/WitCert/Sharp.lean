@@ -56,6 +56,7 @@ variable {α : Type} [Lean.Grind.Field α] [LE α] [LT α] [Std.LawfulOrderLT α
 theorem absA_nonneg (x : α) : 0 ≤ absA x := by
   unfold absA; split <;> grind
 
+omit [LT α] [Std.LawfulOrderLT α] [Std.IsLinearOrder α] [Lean.Grind.OrderedRing α] in
 /-- `|x| = x` for `x ≥ 0`. -/
 theorem absA_of_nonneg {x : α} (h : 0 ≤ x) : absA x = x := by
   unfold absA; split <;> grind

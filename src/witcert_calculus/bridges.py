@@ -168,7 +168,7 @@ def softmax_tv_eform(site: type[S]) -> Contract[LogitLinf[S], AttentionTV[S]]:
     Example:
         >>> from witcert_calculus import AtConsume
         >>> round(softmax_tv_eform(AtConsume).bound(0.05).value, 6)
-        0.051709
+        0.052585
     """
     return _tv_bridge("softmax_tv_eform", cast("type[LogitLinf[S]]", at(LogitLinf, site)),
                       cast("type[AttentionTV[S]]", at(AttentionTV, site)),
@@ -224,7 +224,7 @@ def softmax_tv_affine(site: type[S], *, eps0: Number) -> Contract[LogitLinf[S], 
         >>> from witcert_calculus import AtConsume
         >>> c = softmax_tv_affine(AtConsume, eps0=0.1)
         >>> c.tier.name, c.subset
-        ('PARTIALLY_CERTIFIED', 'e_in <= 3602879701896397/36028797018963968')
+        ('PARTIALLY_CERTIFIED', 'e_in <= 0.1 (exactly 3602879701896397/36028797018963968)')
     """
     e0 = exact(eps0, "eps0")
     slope = Fraction(Transfer(TransferKind.EXP_TV)(float(e0)) * 2 + 1)

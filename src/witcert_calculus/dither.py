@@ -420,17 +420,26 @@ def dither_variance_proxy(query: ArrayLike, stored: DitheredKeys, *, scale: floa
         >>> float(dither_variance_proxy(np.ones(4), st, scale=0.5)[0]) > 0
         True
     """
+    q, sc = _query_scale(query, stored, scale)
+    # sum_c q_c^2 s_{c,t}^2 = sum_blocks s_{b,t}^2 * (sum of q_c^2 over the block's kept channels)
+    s64 = stored.scales.astype(np.float64)
+    out: F64 = (sc * sc) * ((s64 * s64) @ _per_block(q * q, stored)) / 12.0
+    return out
+
+
+def _query_scale(query: ArrayLike, stored: DitheredKeys, scale: float) -> tuple[F64, float]:
     q = finite_array("query", query, ndim=1)
     if q.shape[0] != stored.head_dim:
         raise InvalidValueError("query", f"array of shape {q.shape}",
                                 f"must have {stored.head_dim} channels")
-    sc = real("scale", scale, lo=0.0, lo_open=True)
-    # sum_c q_c^2 s_{c,t}^2 = sum_blocks s_{b,t}^2 * (sum of q_c^2 over the block's kept channels)
-    qsq = q * q
-    qsq[stored.outlier_channels] = 0.0
-    q_block = np.add.reduceat(qsq, np.arange(0, stored.head_dim, stored.block_size))
-    s64 = stored.scales.astype(np.float64)
-    out: F64 = (sc * sc) * ((s64 * s64) @ q_block) / 12.0
+    return q, real("scale", scale, lo=0.0, lo_open=True)
+
+
+def _per_block(values: F64, stored: DitheredKeys) -> F64:
+    """Sum of per-channel values over each block's kept (non-outlier) channels."""
+    kept = values.copy()
+    kept[stored.outlier_channels] = 0.0
+    out: F64 = np.add.reduceat(kept, np.arange(0, stored.head_dim, stored.block_size))
     return out
 
 
@@ -454,15 +463,9 @@ def dither_mean_offset(query: ArrayLike, stored: DitheredKeys, *, scale: float) 
         >>> float(dither_mean_offset(np.ones(4), st, scale=0.5)[0]) > 0
         True
     """
-    q = finite_array("query", query, ndim=1)
-    if q.shape[0] != stored.head_dim:
-        raise InvalidValueError("query", f"array of shape {q.shape}",
-                                f"must have {stored.head_dim} channels")
-    sc = real("scale", scale, lo=0.0, lo_open=True)
-    qa = np.abs(q)
-    qa[stored.outlier_channels] = 0.0
-    q_block = np.add.reduceat(qa, np.arange(0, stored.head_dim, stored.block_size))
-    out: F64 = sc * (stored.scales.astype(np.float64) @ q_block) * GRID_MEAN * (1.0 + 1e-12)
+    q, sc = _query_scale(query, stored, scale)
+    out: F64 = sc * (stored.scales.astype(np.float64) @ _per_block(np.abs(q), stored)) \
+        * GRID_MEAN * (1.0 + 1e-12)
     return out
 
 

@@ -23,7 +23,8 @@ adaptive or not). With ``A = sum_t p_tilde_t e^{c_t}`` and
 small ``c``) or by a log-sum-exp (large ``c``); an overflow reports saturation
 with ``raw = inf``; ``c`` is never truncated.
 
-Output error (``WitCert.Meters.output_error_bound_sound``):
+Output error (``WitCert.Meters.output_error_bound_vector_sound``; scalar case
+``WitCert.Meters.output_error_bound_sound``):
 ``||y - y_hat|| <= 2 TV max_t ||v_t|| + sum_t p_tilde_t rho_t`` with ``rho_t`` the
 value reconstruction error, as a contract from ``AttentionTV`` to
 ``AttentionOutputL2``.
@@ -137,7 +138,7 @@ EFORM_THEOREM: Final = "WitCert.Meters.tv_eform_sound"
 TWO_SIDED_THEOREM: Final = "WitCert.Meters.tv_two_sided_sound"
 RETENTION_THEOREM: Final = "WitCert.Meters.tv_retention_sound"
 TANH_THEOREM: Final = "WitCert.Analytic.softmax_tv_tanh_sound"
-OUTPUT_THEOREM: Final = "WitCert.Meters.output_error_bound_sound"
+OUTPUT_THEOREM: Final = "WitCert.Meters.output_error_bound_vector_sound"
 PAGE_IN_THEOREM: Final = "WitCert.Meters.page_in_decrease"
 
 _PREMISE_C = "c_t >= |eps_t| for every token t (per-token logit error bound)"
@@ -463,7 +464,7 @@ def output_error_contract(*, value_norm_max: float, p_tilde: ArrayLike, rho: Arr
                           ) -> Contract[AttentionTV[AtConsume], AttentionOutputL2[AtConsume]]:
     """Contract ``||y - y_hat|| <= 2 max_t ||v_t|| * TV + sum_t p_tilde_t rho_t``.
 
-    Lean: ``WitCert.Meters.output_error_bound_sound``. Input metric ``AttentionTV``,
+    Lean: ``WitCert.Meters.output_error_bound_vector_sound``. Input metric ``AttentionTV``,
     output ``AttentionOutputL2``, both at the consumption site.
 
     Args:
