@@ -147,14 +147,19 @@ def test_retention_never_above_eform_and_meter_is_the_min(
     assert m.theorem == (t.theorem if t.raw < e.raw else e.theorem)
 
 
+def _rational_distribution(rng: np.random.Generator, size: int, grid: int) -> list[Fraction]:
+    """A random probability vector with rational entries (weights drawn from 1..grid-1)."""
+    weights = [Fraction(int(x), grid) for x in rng.integers(1, grid, size=size)]
+    total = sum(weights, Fraction(0))
+    return [x / total for x in weights]
+
+
 def test_four_evaluations_agree() -> None:
     """numpy, mpmath golden, exact Fraction (r = e^c rational), and the second implementation."""
     rng = np.random.default_rng(3)
     for _ in range(40):
         s = int(rng.integers(1, 9))
-        pf = [Fraction(int(x), 1000) for x in rng.integers(1, 1000, size=s)]
-        total = sum(pf, Fraction(0))
-        pf = [x / total for x in pf]
+        pf = _rational_distribution(rng, s, 1000)
         rf = [Fraction(int(x), 64) for x in rng.integers(64, 400, size=s)]  # r = e^c in [1, 6.25)
         p = np.array([float(x) for x in pf])
         c = np.array([math.log(float(x)) for x in rf])
@@ -179,9 +184,7 @@ def test_exact_tv_below_exact_forms_on_rationals() -> None:
     rng = np.random.default_rng(11)
     for _ in range(200):
         s = int(rng.integers(1, 7))
-        pf = [Fraction(int(x), 97) for x in rng.integers(1, 97, size=s)]
-        total = sum(pf, Fraction(0))
-        pf = [x / total for x in pf]
+        pf = _rational_distribution(rng, s, 97)
         rf = [Fraction(int(x), 16) for x in rng.integers(16, 80, size=s)]
         w = [r if rng.random() < 0.5 else 1 / r for r in rf]  # extreme signs
         truth = exact.true_tv(pf, w)

@@ -173,6 +173,10 @@ def register_metric(
     return decorate
 
 
+def _is_concrete_site(obj: object) -> bool:
+    return isinstance(obj, type) and issubclass(obj, Site) and obj is not Site
+
+
 def _is_metric_class(obj: object) -> bool:
     return isinstance(obj, type) and issubclass(obj, Metric)
 
@@ -192,11 +196,11 @@ def _split(metric: object) -> tuple[type, type]:
         raise NotAMetricError(repr(metric), "its origin is not a Metric subclass")
     cls = cast(type, origin)
     site = args[0] if len(args) == 1 else None
-    if not (isinstance(site, type) and issubclass(site, Site) and site is not Site):
+    if not _is_concrete_site(site):
         raise NotAMetricError(repr(metric), "its site must be a concrete Site such as AtConsume")
     if cls not in _REGISTRY:
         raise UnregisteredMetricError(f"{cls.__module__}.{cls.__qualname__}")
-    return cls, site
+    return cls, cast(type, site)
 
 
 def metric_info(metric: object) -> MetricInfo:
@@ -336,7 +340,7 @@ def at(metric: type, site: type[Site]) -> Any:
 
     The result is typed ``Any``; callers cast it to the precise type they promise.
     """
-    if not (isinstance(site, type) and issubclass(site, Site) and site is not Site):
+    if not _is_concrete_site(site):
         raise NotAMetricError(repr(site), "a site must be a concrete Site such as AtConsume")
     param: Any = metric
     return param[site]

@@ -25,6 +25,16 @@ def _ids(seed: int = 0, n: int = 6) -> Any:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, 97, (1, n), generator=g)
 
+def _gate_closed(model: Any, probe: Probe) -> Any:
+    """Run a probe for two decode steps, close it, and return the gate's verdict."""
+    try:
+        tokens = run_probe(model, probe, _ids(), 2)
+        run = probe.result()
+    finally:
+        probe.close()
+    return run_gate(run, tokens=tokens)
+
+
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("scheme", ["int8_token", "int4_g32", "kivi2_g32", "fp8_e5m2", "dither_int8"])
@@ -101,13 +111,7 @@ def test_gate_rejects_a_path_the_model_never_takes() -> None:
         def declared(self) -> frozenset[tuple[int, str]]:
             return super().declared() | {(0, "indexer")}
 
-    probe = ProbeWithExtraPath(model, scheme="int8_token", audit=True)
-    try:
-        tokens = run_probe(model, probe, _ids(), 2)
-        run = probe.result()
-    finally:
-        probe.close()
-    verdict = run_gate(run, tokens=tokens)
+    verdict = _gate_closed(model, ProbeWithExtraPath(model, scheme="int8_token", audit=True))
     assert not verdict.accepted and verdict.failed_stage == "coverage"
     assert "(0, 'indexer')" in verdict.stages[0].detail
     assert verdict.stages[1].passed is None and verdict.stages[2].passed is None
@@ -120,13 +124,7 @@ def test_gate_rejects_an_overwritten_per_layer_state() -> None:
         def layer_key(self, layer: int) -> int:
             return 0  # every layer's readings land in layer 0's accumulator
 
-    probe = OneSlotProbe(model, scheme="int8_token", audit=True)
-    try:
-        tokens = run_probe(model, probe, _ids(), 2)
-        run = probe.result()
-    finally:
-        probe.close()
-    verdict = run_gate(run, tokens=tokens)
+    verdict = _gate_closed(model, OneSlotProbe(model, scheme="int8_token", audit=True))
     assert verdict.failed_stage == "coverage"
     assert "layer 1" in verdict.stages[0].detail or "never observed" in verdict.stages[0].detail
 
