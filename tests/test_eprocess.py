@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import mpmath
 import numpy as np
@@ -110,14 +109,12 @@ def _null_rate(n_streams: int, steps: int, delta: float, kappa: float,
 @pytest.mark.parametrize("kappa,delta", [(0.5, 0.05), (0.25, 0.2)])
 def test_monte_carlo_false_alarm_rate_under_null(kappa: float, delta: float) -> None:
     """Ville: P(alarm at any time) <= delta; 20,000 null streams, 200 steps each, vectorised."""
-    t0 = time.perf_counter()
     n = 20_000
     rate = _null_rate(n, 200, delta, kappa)
     sigma = math.sqrt(delta * (1 - delta) / n)
     assert rate <= delta + 4 * sigma, (rate, delta)
     # the same check would catch an unsound process
     assert _null_rate(n, 200, delta, kappa, penalty=False) > delta + 4 * sigma
-    assert time.perf_counter() - t0 < 20
 
 
 def test_class_agrees_with_vectorised_monte_carlo() -> None:

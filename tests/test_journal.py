@@ -221,7 +221,6 @@ def test_sigkill_crash_loses_nothing_acknowledged(tmp_path: Path) -> None:
     rng = np.random.default_rng(99)
     kills = 0
     progress: set[int] = set()
-    t0 = time.perf_counter()
     window = 0.12  # kill delay range, widened when a loaded machine makes no progress
     while kills < 60:
         proc = ctx.Process(target=_writer, args=(str(path), str(ack_path)))
@@ -253,4 +252,3 @@ def test_sigkill_crash_loses_nothing_acknowledged(tmp_path: Path) -> None:
     proc.join(timeout=300)
     assert proc.exitcode == 0
     _complete(path, ack_path)
-    assert time.perf_counter() - t0 < 120
