@@ -11,6 +11,7 @@ public import WitCert.Bridges
 public import WitCert.Ledger
 public import WitCert.Analytic
 public import WitCert.Meters
+public import WitCert.Dither
 public import WitCert.Output
 public import WitCert.Sharp
 public import WitCert.Witness

@@ -46,8 +46,9 @@ they force `exp 1 = e`, which is irrational), so nothing is stated for `Rat` wit
 purely algebraic statements (`tv_le_eform_of_ratio`) need no exponential and hold in every
 ordered field, `Rat` included.
 
-The sharp `tanh (osc/4)` softmax bound is proved from these laws in `WitCert/Sharp.lean`. Not
-proved here: the uniform sub-Gaussian proxy `s²/12` (it needs the power series of `exp`).
+The sharp `tanh (osc/4)` softmax bound is proved from these laws in `WitCert/Sharp.lean`; the
+sub-Gaussian proxy `s²/12` of the dither grid is proved in `WitCert/Dither.lean` from these laws
+and `cosh y ≤ exp (y²/2)`.
 -/
 
 namespace WitCert.Analytic

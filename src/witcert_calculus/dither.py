@@ -13,13 +13,16 @@ Outlier RoPE pairs are kept exact and excluded from the block ``amax`` (keeping
 them exact without excluding them barely helps: the massive pair still sets the
 scale of its block).
 
-Certificate: each channel error is sub-Gaussian with variance proxy ``s^2/12``
-(``sinh(x)/x <= e^{x^2/6}``, a standard fact that the Lean development does not prove:
-the certificate states it as an assumption in its restricted subset, see ``NON_ADAPTIVE``),
-so the logit error of token ``t`` has proxy
+Certificate: the dither offset lies on a ``2^-24`` grid, so the centred error of each
+channel is uniform on the ``2^24`` midpoints of ``[-s/2, s/2]``, a sum of 24 independent
+fair signs with dyadic weights; it is sub-Gaussian with the variance proxy ``s^2/12`` of
+the continuous uniform (Lean: ``WitCert.Dither.signAvg_dyadic``,
+``WitCert.Dither.grid_mgf_le``), so the logit error of token ``t`` has proxy
 ``varsigma_t^2 = scale^2 sum_c q_c^2 s_{c,t}^2 / 12`` (``scale^2 = 1/d`` for the
 usual attention scale). Jointly over ``S`` tokens, ``|eps_t| <= u_t =
-sqrt(2 varsigma_t^2 log(2S/delta_loc))`` except with probability ``delta_loc``,
+sqrt(2 varsigma_t^2 log(2S/delta_loc))`` except with probability ``delta_loc``
+(Chernoff per token, ``WitCert.Dither.dither_logit_tail``; union bound over tokens,
+``WitCert.Dither.signAvg_union_le``),
 where ``delta_loc = delta_req / (L H T)`` splits a request's budget over layers,
 heads and decode steps. Then ``A = sum p_tilde e^{u_t}`` and the e-form applies.
 The certificate holds for *non-adaptive* queries (chosen independently of the
@@ -75,14 +78,15 @@ __all__ = [
 ]
 
 QMAX: Final = 127
-SUBGAUSSIAN_THEOREM: Final = "WitCert.Meters.tv_eform_sound"
-"""The Lean theorem a Tier-B certificate rests on once the sub-Gaussian event holds (the
-event's probability itself is the assumption stated in ``NON_ADAPTIVE``)."""
+SUBGAUSSIAN_THEOREM: Final = "WitCert.Dither.dither_logit_tail"
+"""Per-token tail: ``P(|eps_t - mean| >= r) <= 2 exp(-r^2 / (2 varsigma_t^2))`` for the
+dither grid, with ``varsigma_t^2`` from :func:`dither_variance_proxy`."""
+UNION_THEOREM: Final = "WitCert.Dither.signAvg_union_le"
+"""The union bound that splits ``delta_loc`` over the ``S`` tokens."""
 EFORM_THEOREM: Final = "WitCert.Meters.tv_eform_sound"
 NON_ADAPTIVE: Final = ("non-adaptive queries: q chosen independently of the dither stream "
-                       "(adaptive queries need the deterministic Tier-A meter); and the "
-                       "uniform sub-Gaussian proxy s^2/12 (sinh(x)/x <= exp(x^2/6), a standard "
-                       "fact assumed here, not proved in formal/)")
+                       "(adaptive queries need the deterministic Tier-A meter), with the "
+                       "Philox-4x32-10 stream taken as uniform random bits")
 
 U32 = NDArray[np.uint32]
 _M0: Final = np.uint64(0xD2511F53)
@@ -516,8 +520,8 @@ def tier_b_certificate(p_tilde: ArrayLike, query: ArrayLike, stored: DitheredKey
 
     Returns:
         A reading of ``AttentionTV[AtConsume]`` with ``delta = delta_loc`` and evidence
-        citing ``WitCert.Meters.tv_eform_sound``, restricted to non-adaptive queries and to
-        the stated sub-Gaussian assumption
+        citing ``WitCert.Dither.dither_logit_tail``, ``WitCert.Dither.signAvg_union_le``
+        and ``WitCert.Meters.tv_eform_sound``, restricted to non-adaptive queries
         (tier PARTIALLY_CERTIFIED below saturation, SATURATED otherwise).
 
     Example:
@@ -540,9 +544,13 @@ def tier_b_certificate(p_tilde: ArrayLike, query: ArrayLike, stored: DitheredKey
     dl = real("delta_loc", delta_loc, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     evidence = Composition(
         (Restricted(Proof(SUBGAUSSIAN_THEOREM, (
-            Premise("subtractive dither, xi regenerated from the same Philox stream", True),
-            Premise(f"|eps_t| <= u_t for all {p.size} tokens except with probability "
-                    f"delta_loc = {dl!r} (union bound)", True))), subset=NON_ADAPTIVE),
+            Premise("subtractive dither, xi on the 2^-24 grid regenerated from the same "
+                    "Philox stream", True),
+            Premise("each kept channel's error is within s/2 of the stored scale "
+                    "(checked at quantization)", True))), subset=NON_ADAPTIVE),
+         Proof(UNION_THEOREM, (
+             Premise(f"|eps_t| <= u_t for all {p.size} tokens except with probability "
+                     f"delta_loc = {dl!r}", True),)),
          Proof(EFORM_THEOREM, (Premise("c_t = u_t >= |eps_t| on the event above", True),))),
         theorem=EFORM_THEOREM, restriction=NON_ADAPTIVE)
     return Reading(AttentionTV[AtConsume], bound.raw, evidence=evidence, delta=dl)

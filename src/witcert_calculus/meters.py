@@ -71,6 +71,8 @@ from witcert_calculus._checks import F64, UNIT_ROUNDOFF, distribution, nonneg_ar
     positive_int, real
 from witcert_calculus.contracts import Contract, Reading, round_up
 from witcert_calculus.dither import (
+    SUBGAUSSIAN_THEOREM,
+    UNION_THEOREM,
     ByteAccount,
     DitherKey,
     DitheredKeys,
@@ -154,9 +156,9 @@ THEOREMS: Final[dict[str, tuple[str, ...]]] = {
     "output_error_bound": (OUTPUT_THEOREM,),
     "output_error_contract": (OUTPUT_THEOREM,),
     "page_in_order": (PAGE_IN_THEOREM,),
-    # subgaussian_radius is absent: it is a standard tail bound, assumed and not proved in
-    # formal/; Tier-B certificates state that assumption in their restricted subset.
-    "tier_b_certificate": (EFORM_THEOREM,),
+    "dither_variance_proxy": ("WitCert.Dither.grid_mgf_le",),
+    "subgaussian_radius": (SUBGAUSSIAN_THEOREM, UNION_THEOREM),
+    "tier_b_certificate": (SUBGAUSSIAN_THEOREM, UNION_THEOREM, EFORM_THEOREM),
     "sentinel_rounds": ("WitCert.Meters.sentinel_rounds_sound",),
     "rate_upper_bound": ("WitCert.Meters.rate_upper_bound_sound",
                          "WitCert.Analytic.one_sub_pow_le_exp"),
