@@ -237,8 +237,9 @@ def test_sigkill_crash_loses_nothing_acknowledged(tmp_path: Path) -> None:
             continue
         assert proc.exitcode == -signal.SIGKILL
         kills += 1
-        if not path.exists():
-            continue  # killed before the journal file was created
+        if not path.exists():  # killed before the journal file was created: wait longer
+            window = min(window * 1.5, 2.0)
+            continue
         led = _check(path, _read_acks(ack_path))
         if led.applied_seq in progress:
             window = min(window * 1.5, 2.0)
