@@ -93,9 +93,7 @@ variable {α : Type} [Lean.Grind.Field α]
   | c :: cs, s :: ss => c * s + dot cs ss
 
 /-- `Σ_k c_k²`. -/
-@[expose] def sumSq : List α → α
-  | [] => 0
-  | c :: cs => c * c + sumSq cs
+@[expose] noncomputable def sumSq (cs : List α) : α := lsum (fun c => c * c) cs
 
 /-- `Σ_{j<n} g j`. -/
 @[expose] def rsum (g : Nat → α) : Nat → α
@@ -123,6 +121,10 @@ theorem signAvg_succ (n : Nat) (f : List α → α) :
 
 theorem dot_cons_cons (c s : α) (cs ss : List α) : dot (c :: cs) (s :: ss) = c * s + dot cs ss :=
   rfl
+
+theorem sumSq_nil : sumSq ([] : List α) = 0 := rfl
+
+theorem sumSq_cons (c : α) (cs : List α) : sumSq (c :: cs) = c * c + sumSq cs := rfl
 
 theorem signAvg_congr {n : Nat} {f g : List α → α} (h : ∀ s, f s = g s) :
     signAvg n f = signAvg n g := by
@@ -157,19 +159,19 @@ theorem length_dyadic (e : α) (K : Nat) : (dyadic e K).length = K := by
 
 theorem sumSq_append (cs ds : List α) : sumSq (cs ++ ds) = sumSq cs + sumSq ds := by
   induction cs with
-  | nil => simp only [List.nil_append, sumSq]; grind
-  | cons c cs ih => simp only [List.cons_append, sumSq, ih]; grind
+  | nil => simp only [List.nil_append, sumSq_nil]; grind
+  | cons c cs ih => simp only [List.cons_append, sumSq_cons, ih]; grind
 
 /-- `3 Σ_{k<K} (2^k e)² = (4^K − 1) e²`, written with `4^K = 2^K · 2^K`. -/
 theorem sumSq_dyadic (e : α) (K : Nat) :
     3 * sumSq (dyadic e K) = ((2 : α) ^ K * (2 : α) ^ K - 1) * (e * e) := by
   induction K with
   | zero =>
-    simp only [dyadic, sumSq]
+    simp only [dyadic, sumSq_nil]
     rw [Lean.Grind.Semiring.pow_zero]
     grind
   | succ K ih =>
-    simp only [dyadic, sumSq]
+    simp only [dyadic, sumSq_cons]
     rw [Lean.Grind.Semiring.pow_succ]
     grind
 
@@ -184,7 +186,7 @@ theorem dot_neg (cs s : List α) : dot (cs.map (fun c => -c)) s = -dot cs s := b
 theorem sumSq_neg (cs : List α) : sumSq (cs.map (fun c => -c)) = sumSq cs := by
   induction cs with
   | nil => rfl
-  | cons c cs ih => simp only [List.map_cons, sumSq, ih]; grind
+  | cons c cs ih => simp only [List.map_cons, sumSq_cons, ih]; grind
 
 theorem rsum_congr {g h : Nat → α} (n : Nat) (hg : ∀ j, g j = h j) : rsum g n = rsum h n := by
   rw [show g = h from funext hg]
@@ -263,11 +265,11 @@ theorem sumSq_dyadic_le (e : α) (K : Nat) :
 
 theorem sumSq_channelCoeffs_le (e : α) (K : Nat) (ws : List α) :
     3 * sumSq (channelCoeffs e K ws) ≤
-      lsum (fun w => w * w) ws * (((2 : α) ^ K * e) * ((2 : α) ^ K * e)) := by
+      sumSq ws * (((2 : α) ^ K * e) * ((2 : α) ^ K * e)) := by
   induction ws with
-  | nil => simp only [channelCoeffs, sumSq, lsum]; grind
+  | nil => simp only [channelCoeffs, sumSq_nil]; grind
   | cons w ws ih =>
-    simp only [channelCoeffs, lsum]
+    simp only [channelCoeffs, sumSq_cons]
     rw [sumSq_append]
     have h := sumSq_dyadic_le (w * e) K
     grind
@@ -326,12 +328,12 @@ theorem signAvg_exp_dot_le (E : CoshLaws α) (x m : α) (cs : List α) :
       E.exp (m + x * x * sumSq cs / 2) := by
   induction cs generalizing m with
   | nil =>
-    simp only [List.length_nil, signAvg, dot, sumSq]
+    simp only [List.length_nil, signAvg, dot, sumSq_nil]
     rw [show x * 0 + m = m + x * x * 0 / 2 by grind]
     exact Std.le_refl _
   | cons c cs ih =>
     rw [List.length_cons, signAvg_succ]
-    simp only [dot_cons_cons, sumSq]
+    simp only [dot_cons_cons, sumSq_cons]
     rw [signAvg_congr (f := fun s => E.exp (x * (c * 1 + dot cs s) + m))
         (g := fun s => E.exp (x * dot cs s + (m + x * c)))
         (fun s => congrArg E.exp (by grind)),
@@ -471,7 +473,7 @@ midpoint grid variable of half-width `h = 2^K e` (`signAvg_dyadic`, `signAvg_app
 `witcert_calculus.dither`: `σ² = scale² Σ_c q_c² s_c² / 12`. -/
 theorem dither_logit_tail (E : CoshLaws α) (e : α) (K : Nat) (ws : List α) {r σ2 : α}
     (hr : 0 ≤ r) (hσ : 0 < σ2)
-    (hvar : lsum (fun w => w * w) ws * (((2 : α) ^ K * e) * ((2 : α) ^ K * e)) ≤ 3 * σ2) :
+    (hvar : sumSq ws * (((2 : α) ^ K * e) * ((2 : α) ^ K * e)) ≤ 3 * σ2) :
     signAvg (channelCoeffs e K ws).length
         (fun s => ind (r ≤ absA (dot (channelCoeffs e K ws) s))) ≤
       2 * E.exp (-(r * r / (2 * σ2))) := by
