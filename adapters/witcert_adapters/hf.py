@@ -64,17 +64,16 @@ from transformers import DynamicCache
 from witcert_adapters.architectures import ArchSpec, spec_for
 from witcert_adapters.schemes import Scheme, WriteContext, get_scheme
 from witcert_calculus.contracts import Reading
-from witcert_calculus.dither import GRID_MEAN, NON_ADAPTIVE, SUBGAUSSIAN_THEOREM
+from witcert_calculus.dither import GRID_MEAN, NON_ADAPTIVE
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.ledger import Admission, RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
+from witcert_calculus.theorems import DITHER_LOGIT_TAIL, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.tiers import Composition, Premise, Proof, Restricted
 from witcert_kernels.meter import band_norms, l2_norm, logit_bound, round_up_f32, tv_bounds
 
 __all__ = ["LayerLog", "LiveRun", "Probe", "TierBEvent", "WitnessCache", "attach"]
 
-EFORM_THEOREM = "WitCert.Meters.tv_eform_sound"
-TWO_SIDED_THEOREM = "WitCert.Meters.tv_two_sided_sound"
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -237,14 +236,14 @@ def _float_down(x: Fraction) -> float:
 def tier_b_evidence(delta_loc: float) -> Composition:
     """Evidence of a Tier-B reading: sub-Gaussian radius (non-adaptive) + the TV forms."""
     return Composition(
-        (Restricted(Proof(SUBGAUSSIAN_THEOREM, (
+        (Restricted(Proof(DITHER_LOGIT_TAIL, (
             Premise("subtractive dither, xi regenerated from the same Philox stream", True),
             Premise(f"|eps_t| <= u_t for every visible token of every cell except with "
                     f"probability delta_loc <= {delta_loc!r} per cell (union bound)", True))),
             subset=NON_ADAPTIVE),
-         Proof(EFORM_THEOREM, (Premise("c_t = u_t >= |eps_t| on the event above", True),)),
-         Proof(TWO_SIDED_THEOREM, (Premise("c_t = u_t >= |eps_t| on the event above", True),))),
-        theorem=EFORM_THEOREM, restriction=NON_ADAPTIVE)
+         Proof(TV_EFORM_SOUND, (Premise("c_t = u_t >= |eps_t| on the event above", True),)),
+         Proof(TV_TWO_SIDED_SOUND, (Premise("c_t = u_t >= |eps_t| on the event above", True),))),
+        theorem=TV_EFORM_SOUND, restriction=NON_ADAPTIVE)
 
 
 @final

@@ -24,13 +24,13 @@ from witcert_adapters.hf import LiveRun
 from witcert_calculus.contracts import Contract, Reading, chain
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV, KeyResidualAbs
+from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.tiers import Premise, Proof
 
 __all__ = ["METER_THEOREM", "LayerReading", "admit_readings", "coverage", "dense_chain",
            "layer_readings"]
 
-METER_THEOREM: Final = "WitCert.Meters.tv_two_sided_sound"
-EFORM_THEOREM: Final = "WitCert.Meters.tv_eform_sound"
+METER_THEOREM: Final = TV_TWO_SIDED_SOUND
 
 
 @final
@@ -54,7 +54,7 @@ class LayerReading:
 
 
 def _evidence(eform_wins: bool) -> Proof:
-    return Proof(EFORM_THEOREM if eform_wins else METER_THEOREM, (
+    return Proof(TV_EFORM_SOUND if eform_wins else METER_THEOREM, (
         Premise("c_t >= |eps_t| for every token (band Cauchy-Schwarz on stored witnesses)", True),
         Premise("p_tilde is the attention the layer used", True),
     ))

@@ -40,14 +40,15 @@ def expectations(checker: str) -> dict[tuple[str, int], list[str]]:
 def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], list[str]]:
     cfg = tmp_path_factory.mktemp("mypy") / "mypy.ini"
     cfg.write_text(
-        "[mypy]\nstrict = True\nmypy_path = src:kernels:adapters\nnamespace_packages = True\n"
+        f"[mypy]\nstrict = True\nmypy_path = {ROOT}:{ROOT / 'kernels'}:{ROOT / 'adapters'}\n"
+        "namespace_packages = True\n"
         "explicit_package_bases = True\n\n"
         "[mypy-mpmath.*,sympy.*]\nignore_missing_imports = True\n\n"
         "[mypy-snippets.*]\ndisallow_any_expr = True\n")
     files = [str(p.relative_to(SNIPPETS.parent)) for p in sorted(SNIPPETS.glob("*.py"))]
     proc = subprocess.run([str(BIN / "mypy"), "--config-file", str(cfg), "--no-incremental",
                            "--show-error-codes", "--no-pretty", *files], cwd=SNIPPETS.parent,
-                          capture_output=True, text=True, env={"MYPYPATH": str(ROOT / "src"),
+                          capture_output=True, text=True, env={"MYPYPATH": str(ROOT),
                                                                 "PATH": str(BIN)}, check=False)
     errors: dict[tuple[str, int], list[str]] = defaultdict(list)
     for line in proc.stdout.splitlines():

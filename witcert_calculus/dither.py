@@ -55,6 +55,7 @@ from witcert_calculus._checks import F64, distribution, finite_array, nonneg_arr
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV
+from witcert_calculus.theorems import DITHER_LOGIT_TAIL, SIGNAVG_UNION_LE, TV_EFORM_SOUND
 from witcert_calculus.tiers import Composition, Premise, Proof, Restricted
 from witcert_calculus.witness import RopeLayout, _pair_channels  # pyright: ignore[reportPrivateUsage]
 
@@ -78,12 +79,9 @@ __all__ = [
 ]
 
 QMAX: Final = 127
-SUBGAUSSIAN_THEOREM: Final = "WitCert.Dither.dither_logit_tail"
 """Per-token tail: ``P(|eps_t - mean| >= r) <= 2 exp(-r^2 / (2 varsigma_t^2))`` for the
 dither grid, with ``varsigma_t^2`` from :func:`dither_variance_proxy`."""
-UNION_THEOREM: Final = "WitCert.Dither.signAvg_union_le"
 """The union bound that splits ``delta_loc`` over the ``S`` tokens."""
-EFORM_THEOREM: Final = "WitCert.Meters.tv_eform_sound"
 NON_ADAPTIVE: Final = ("non-adaptive queries: q chosen independently of the dither stream "
                        "(adaptive queries need the deterministic Tier-A meter), with the "
                        "Philox-4x32-10 stream taken as uniform random bits")
@@ -543,14 +541,14 @@ def tier_b_certificate(p_tilde: ArrayLike, query: ArrayLike, stored: DitheredKey
     bound = tv_eform(p, u)
     dl = real("delta_loc", delta_loc, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     evidence = Composition(
-        (Restricted(Proof(SUBGAUSSIAN_THEOREM, (
+        (Restricted(Proof(DITHER_LOGIT_TAIL, (
             Premise("subtractive dither, xi on the 2^-24 grid regenerated from the same "
                     "Philox stream", True),
             Premise("each kept channel's error is within s/2 of the stored scale "
                     "(checked at quantization)", True))), subset=NON_ADAPTIVE),
-         Proof(UNION_THEOREM, (
+         Proof(SIGNAVG_UNION_LE, (
              Premise(f"|eps_t| <= u_t for all {p.size} tokens except with probability "
                      f"delta_loc = {dl!r}", True),)),
-         Proof(EFORM_THEOREM, (Premise("c_t = u_t >= |eps_t| on the event above", True),))),
-        theorem=EFORM_THEOREM, restriction=NON_ADAPTIVE)
+         Proof(TV_EFORM_SOUND, (Premise("c_t = u_t >= |eps_t| on the event above", True),))),
+        theorem=TV_EFORM_SOUND, restriction=NON_ADAPTIVE)
     return Reading(AttentionTV[AtConsume], bound.raw, evidence=evidence, delta=dl)

@@ -51,6 +51,18 @@ from witcert_calculus.metrics import (
     at,
     metric_info,
 )
+from witcert_calculus.theorems import (
+    POOLING_L2_CALIBER,
+    POOLING_MAX_CALIBER,
+    RANK_PREFIX_SELECTION_SOUND,
+    RANK_PREFIX_STABLE,
+    RECURRENCE_COMP_SOUND,
+    SCORE_BRIDGE_SOUND,
+    SOFTMAX_TV_AFFINE_SOUND,
+    SOFTMAX_TV_EFORM_SOUND,
+    SOFTMAX_TV_TANH_SOUND,
+    WITNESS_SOUND,
+)
 from witcert_calculus.tiers import Measurement, Premise, Proof
 
 __all__ = [
@@ -76,18 +88,18 @@ A = TypeVar("A", bound=Metric[Any])
 B = TypeVar("B", bound=Metric[Any])
 
 THEOREMS: dict[str, str] = {
-    "witness_contract": "WitCert.Bridges.witness_sound",
-    "score_bridge": "WitCert.Bridges.score_bridge_sound",
-    "softmax_tv_eform": "WitCert.Analytic.softmax_tv_eform_sound",
-    "selector_mass_eform": "WitCert.Analytic.softmax_tv_eform_sound",
-    "softmax_tv_tanh": "WitCert.Analytic.softmax_tv_tanh_sound",
-    "softmax_tv_tanh_osc": "WitCert.Analytic.softmax_tv_tanh_sound",
-    "softmax_tv_affine": "WitCert.Analytic.softmax_tv_affine_sound",
-    "pooling.l2": "WitCert.Bridges.pooling_l2_caliber",
-    "pooling.max": "WitCert.Bridges.pooling_max_caliber",
-    "rank_prefix_selection": "WitCert.Bridges.rank_prefix_selection_sound",
-    "rank_prefix_stable": "WitCert.Bridges.rank_prefix_stable",
-    "recurrence": "WitCert.Bridges.recurrence_comp_sound",
+    "witness_contract": WITNESS_SOUND,
+    "score_bridge": SCORE_BRIDGE_SOUND,
+    "softmax_tv_eform": SOFTMAX_TV_EFORM_SOUND,
+    "selector_mass_eform": SOFTMAX_TV_EFORM_SOUND,
+    "softmax_tv_tanh": SOFTMAX_TV_TANH_SOUND,
+    "softmax_tv_tanh_osc": SOFTMAX_TV_TANH_SOUND,
+    "softmax_tv_affine": SOFTMAX_TV_AFFINE_SOUND,
+    "pooling.l2": POOLING_L2_CALIBER,
+    "pooling.max": POOLING_MAX_CALIBER,
+    "rank_prefix_selection": RANK_PREFIX_SELECTION_SOUND,
+    "rank_prefix_stable": RANK_PREFIX_STABLE,
+    "recurrence": RECURRENCE_COMP_SOUND,
 }
 """Each public rule of this module and the Lean theorem that proves it."""
 

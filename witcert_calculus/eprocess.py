@@ -34,12 +34,13 @@ import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import final
+from typing import Final, final
 
 import numpy as np
 import numpy.typing as npt
 
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.theorems import VILLE_FINITE_TREE
 
 __all__ = [
     "EProcess",
@@ -49,7 +50,7 @@ __all__ = [
     "log_paths",
 ]
 
-VILLE_THEOREM = "WitCert.Ledger.ville_finite_tree"
+VILLE_THEOREM: Final = VILLE_FINITE_TREE
 """Lean theorem behind the anytime false-alarm guarantee."""
 
 _ROUND = 2.0**-50  # 8 units in the last place of a float64: per-step relative rounding slack

@@ -71,18 +71,16 @@ from witcert_calculus._checks import F64, UNIT_ROUNDOFF, distribution, nonneg_ar
     positive_int, real
 from witcert_calculus.contracts import Contract, Reading, round_up
 from witcert_calculus.dither import (
-    SUBGAUSSIAN_THEOREM,
-    UNION_THEOREM,
-    ByteAccount,
-    DitherKey,
-    DitheredKeys,
     byte_account,
+    ByteAccount,
     delta_local,
     dither_dequantize,
+    dither_mean_offset,
     dither_noise,
     dither_quantize,
-    dither_mean_offset,
     dither_variance_proxy,
+    DitheredKeys,
+    DitherKey,
     select_outlier_pairs,
     subgaussian_radius,
     tier_b_certificate,
@@ -90,6 +88,21 @@ from witcert_calculus.dither import (
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, AttentionTV
 from witcert_calculus.sentinels import rate_upper_bound, sentinel_rounds
+from witcert_calculus.theorems import (
+    DITHER_LOGIT_TAIL,
+    GRID_MGF_LE,
+    LOGIT_BOUND_SOUND,
+    ONE_SUB_POW_LE_EXP,
+    OUTPUT_ERROR_BOUND_VECTOR_SOUND,
+    PAGE_IN_DECREASE,
+    RATE_UPPER_BOUND_SOUND,
+    SENTINEL_ROUNDS_SOUND,
+    SIGNAVG_UNION_LE,
+    SOFTMAX_TV_TANH_SOUND,
+    TV_EFORM_SOUND,
+    TV_RETENTION_SOUND,
+    TV_TWO_SIDED_SOUND,
+)
 from witcert_calculus.tiers import Premise, Proof
 from witcert_calculus.witness import RopeLayout, band_channels, band_norms, band_pairs, \
     band_witness, logit_bound, logit_linf_reading
@@ -136,32 +149,26 @@ __all__ = [
     "tv_two_sided",
 ]
 
-EFORM_THEOREM: Final = "WitCert.Meters.tv_eform_sound"
-TWO_SIDED_THEOREM: Final = "WitCert.Meters.tv_two_sided_sound"
-RETENTION_THEOREM: Final = "WitCert.Meters.tv_retention_sound"
-TANH_THEOREM: Final = "WitCert.Analytic.softmax_tv_tanh_sound"
-OUTPUT_THEOREM: Final = "WitCert.Meters.output_error_bound_vector_sound"
-PAGE_IN_THEOREM: Final = "WitCert.Meters.page_in_decrease"
 
 _PREMISE_C = "c_t >= |eps_t| for every token t (per-token logit error bound)"
 
 #: The Lean theorems behind each public meter function (checked against the Lean export).
 THEOREMS: Final[dict[str, tuple[str, ...]]] = {
-    "logit_bound": ("WitCert.Witness.logit_bound_sound",),
-    "tv_eform": (EFORM_THEOREM,),
-    "tv_two_sided": (TWO_SIDED_THEOREM,),
-    "tv_retention": (RETENTION_THEOREM,),
-    "tv_meter": (EFORM_THEOREM, TWO_SIDED_THEOREM),
-    "tv_tanh_max": (TANH_THEOREM,),
-    "output_error_bound": (OUTPUT_THEOREM,),
-    "output_error_contract": (OUTPUT_THEOREM,),
-    "page_in_order": (PAGE_IN_THEOREM,),
-    "dither_variance_proxy": ("WitCert.Dither.grid_mgf_le",),
-    "subgaussian_radius": (SUBGAUSSIAN_THEOREM, UNION_THEOREM),
-    "tier_b_certificate": (SUBGAUSSIAN_THEOREM, UNION_THEOREM, EFORM_THEOREM),
-    "sentinel_rounds": ("WitCert.Meters.sentinel_rounds_sound",),
-    "rate_upper_bound": ("WitCert.Meters.rate_upper_bound_sound",
-                         "WitCert.Analytic.one_sub_pow_le_exp"),
+    "logit_bound": (LOGIT_BOUND_SOUND,),
+    "tv_eform": (TV_EFORM_SOUND,),
+    "tv_two_sided": (TV_TWO_SIDED_SOUND,),
+    "tv_retention": (TV_RETENTION_SOUND,),
+    "tv_meter": (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND),
+    "tv_tanh_max": (SOFTMAX_TV_TANH_SOUND,),
+    "output_error_bound": (OUTPUT_ERROR_BOUND_VECTOR_SOUND,),
+    "output_error_contract": (OUTPUT_ERROR_BOUND_VECTOR_SOUND,),
+    "page_in_order": (PAGE_IN_DECREASE,),
+    "dither_variance_proxy": (GRID_MGF_LE,),
+    "subgaussian_radius": (DITHER_LOGIT_TAIL, SIGNAVG_UNION_LE),
+    "tier_b_certificate": (DITHER_LOGIT_TAIL, SIGNAVG_UNION_LE, TV_EFORM_SOUND),
+    "sentinel_rounds": (SENTINEL_ROUNDS_SOUND,),
+    "rate_upper_bound": (RATE_UPPER_BOUND_SOUND,
+                         ONE_SUB_POW_LE_EXP),
 }
 
 
@@ -387,7 +394,7 @@ def tv_eform(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
         0.110701
     """
     p, cc = _inputs(p_tilde, c, 1)
-    return _tv(float(_forms(p, cc, retention=False)[2]), EFORM_THEOREM, "eform")
+    return _tv(float(_forms(p, cc, retention=False)[2]), TV_EFORM_SOUND, "eform")
 
 
 def tv_two_sided(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
@@ -400,7 +407,7 @@ def tv_two_sided(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
         0.453276
     """
     p, cc = _inputs(p_tilde, c, 1)
-    return _tv(float(_forms(p, cc, retention=False)[3]), TWO_SIDED_THEOREM, "two_sided")
+    return _tv(float(_forms(p, cc, retention=False)[3]), TV_TWO_SIDED_SOUND, "two_sided")
 
 
 def tv_retention(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
@@ -415,7 +422,7 @@ def tv_retention(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
         True
     """
     p, cc = _inputs(p_tilde, c, 1)
-    return _tv(float(_forms(p, cc)[4]), RETENTION_THEOREM, "retention")
+    return _tv(float(_forms(p, cc)[4]), TV_RETENTION_SOUND, "retention")
 
 
 def tv_meter(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
@@ -433,8 +440,8 @@ def tv_meter(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
     _, _, ea, ta, _ = _forms(p, cc, retention=False)
     e, t = float(ea), float(ta)
     if t < e:
-        return _tv(t, TWO_SIDED_THEOREM, "two_sided")
-    return _tv(e, EFORM_THEOREM, "eform")
+        return _tv(t, TV_TWO_SIDED_SOUND, "two_sided")
+    return _tv(e, TV_EFORM_SOUND, "eform")
 
 
 def tv_tanh_max(c: ArrayLike) -> TVBound:
@@ -451,7 +458,7 @@ def tv_tanh_max(c: ArrayLike) -> TVBound:
     cc = nonneg_array("c", c, ndim=1, allow_inf=True)
     if cc.size == 0:
         raise InvalidValueError("c", "empty array", "must hold at least one token")
-    return _tv(float(np.tanh(cc.max())), TANH_THEOREM, "tanh_max")
+    return _tv(float(np.tanh(cc.max())), SOFTMAX_TV_TANH_SOUND, "tanh_max")
 
 
 # --------------------------------------------------------------------------- output
@@ -490,7 +497,7 @@ def output_error_contract(*, value_norm_max: float, p_tilde: ArrayLike, rho: Arr
         raise InvalidValueError("rho", f"array of shape {r.shape}",
                                 f"must have the shape of p_tilde {p.shape}")
     b = _sum_upper(p * r)
-    evidence = Proof(OUTPUT_THEOREM, (
+    evidence = Proof(OUTPUT_ERROR_BOUND_VECTOR_SOUND, (
         Premise("value_norm_max >= max_t ||v_t||", True),
         Premise("rho_t >= ||v_t - v_hat_t||", True),
         Premise("p_tilde is a probability vector", True)))

@@ -31,12 +31,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import final
+from typing import Final, final
 
 import numpy as np
 import numpy.typing as npt
 
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.theorems import ENTRY_FALLBACK_SOUND
 
 __all__ = [
     "Aggregate",
@@ -49,7 +50,7 @@ __all__ = [
     "tradeoff_curve",
 ]
 
-ENTRY_THEOREM = "WitCert.Ledger.entry_fallback_sound"
+ENTRY_THEOREM: Final = ENTRY_FALLBACK_SOUND
 """Lean theorem: exact fallback entries contribute 0, so the step bound aggregates kept entries."""
 
 _U = 2.0**-53

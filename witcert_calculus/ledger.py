@@ -80,6 +80,7 @@ from witcert_calculus.errors import (
 from witcert_calculus.journal import Journal, JournalRow
 from witcert_calculus.metrics import Metric, metric_info
 from witcert_calculus.slots import ReadGrant, SlotRead, SlotRecord, SlotState, SlotTable
+from witcert_calculus.theorems import TELESCOPE_PARTIAL_LT, TELESCOPE_SUM_EQ, TWO_LAYER_BUDGET
 from witcert_calculus.tiers import Composition, Evidence, Tier, decide_tier, weakest
 
 __all__ = [
@@ -109,11 +110,8 @@ __all__ = [
     "tradeoff_curve",
 ]
 
-TELESCOPE_SUM_THEOREM = "WitCert.Ledger.telescope_sum_eq"
-TELESCOPE_PARTIAL_THEOREM = "WitCert.Ledger.telescope_partial_lt"
-TWO_LAYER_THEOREM = "WitCert.Ledger.two_layer_budget"
-SPEND_THEOREMS: tuple[str, ...] = (TELESCOPE_SUM_THEOREM, TELESCOPE_PARTIAL_THEOREM,
-                                   TWO_LAYER_THEOREM)
+SPEND_THEOREMS: tuple[str, ...] = (TELESCOPE_SUM_EQ, TELESCOPE_PARTIAL_LT,
+                                   TWO_LAYER_BUDGET)
 """Lean theorems behind the spend rules."""
 
 

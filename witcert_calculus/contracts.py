@@ -49,6 +49,7 @@ from witcert_calculus.errors import (
     RegimeMismatchError,
 )
 from witcert_calculus.metrics import Metric, check_value, metric_info, metric_name, same_metric
+from witcert_calculus.theorems import ADD_SOUND, ID_SOUND
 from witcert_calculus.tiers import (
     Composition,
     Evidence,
@@ -78,8 +79,6 @@ Out = TypeVar("Out", bound=Metric[Any])
 X = TypeVar("X", bound=Metric[Any])
 M = TypeVar("M", bound=Metric[Any])
 
-ADD_THEOREM = "WitCert.Contract.add_sound"
-ID_THEOREM = "WitCert.Contract.id_sound"
 
 
 def exact(value: object, name: str, *, upper: Fraction | None = None,
@@ -497,7 +496,7 @@ def identity(metric: type[M]) -> Contract[M, M]:
         >>> identity(AttentionTV[AtConsume]).a
         Fraction(1, 1)
     """
-    c = Contract(metric, metric, a=1, b=0, evidence=Proof(ID_THEOREM), name="identity")
+    c = Contract(metric, metric, a=1, b=0, evidence=Proof(ID_SOUND), name="identity")
     stage = c._stages[0]  # pyright: ignore[reportPrivateUsage]
     marked = _Stage(stage.name, stage.m_in, stage.m_out, stage.a, stage.b, stage.delta, stage.cap,
                     stage.transfer, stage.evidence, is_identity=True)
@@ -634,7 +633,7 @@ class Reading(Generic[M]):
             else self.raw + o.raw
         evidence: Evidence
         if self.regime is Regime.BOUND:
-            evidence = Composition((self.evidence, o.evidence), theorem=ADD_THEOREM)
+            evidence = Composition((self.evidence, o.evidence), theorem=ADD_SOUND)
         else:
             evidence = Measurement("sum of measured values",
                                    samples=_samples(self.evidence) + _samples(o.evidence))

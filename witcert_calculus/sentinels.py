@@ -34,8 +34,6 @@ __all__ = [
     "sentinel_rounds",
 ]
 
-SENTINEL_THEOREM: Final = "WitCert.Meters.sentinel_rounds_sound"
-RATE_THEOREM: Final = "WitCert.Meters.rate_upper_bound_sound"
 _DPS: Final = 50
 
 

@@ -42,6 +42,7 @@ from witcert_calculus._checks import F64, UNIT_ROUNDOFF, finite_array, nonneg_ar
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, LogitLinf
+from witcert_calculus.theorems import LOGIT_BOUND_SOUND
 from witcert_calculus.tiers import Premise, Proof
 
 __all__ = [
@@ -55,7 +56,7 @@ __all__ = [
     "logit_linf_reading",
 ]
 
-LOGIT_BOUND_THEOREM: Final = "WitCert.Witness.logit_bound_sound"
+LOGIT_BOUND_THEOREM: Final = LOGIT_BOUND_SOUND
 
 # Every finite (scaled) square below this is at most one subnormal spacing off.
 _SUBNORMAL_SQRT: Final = 2.0**-537

@@ -34,6 +34,15 @@ from dataclasses import dataclass, field
 from typing import TypeAlias, final
 
 from witcert_calculus.errors import InvalidValueError, PremiseError
+from witcert_calculus.theorems import (
+    COMP_SOUND,
+    LE_WEAKEST,
+    WEAKEST_ASSOC,
+    WEAKEST_COMM,
+    WEAKEST_IDEM,
+    WEAKEST_LE_LEFT,
+    WEAKEST_LE_RIGHT,
+)
 
 __all__ = [
     "Composition",
@@ -48,14 +57,13 @@ __all__ = [
 ]
 
 WEAKEST_THEOREMS: tuple[str, ...] = (
-    "WitCert.Tier.weakest_comm",
-    "WitCert.Tier.weakest_assoc",
-    "WitCert.Tier.weakest_idem",
-    "WitCert.Tier.weakest_le_left",
-    "WitCert.Tier.weakest_le_right",
-    "WitCert.Tier.le_weakest",
+    WEAKEST_COMM,
+    WEAKEST_ASSOC,
+    WEAKEST_IDEM,
+    WEAKEST_LE_LEFT,
+    WEAKEST_LE_RIGHT,
+    LE_WEAKEST,
 )
-DECIDE_THEOREM = "WitCert.Tier.decide_saturated_ne_certified"
 
 
 @final
@@ -184,7 +192,7 @@ class Composition:
     """
 
     parts: tuple[Proof | Restricted | Measurement | Composition, ...]
-    theorem: str = "WitCert.Contract.comp_sound"
+    theorem: str = COMP_SOUND
     restriction: str | None = None
 
     def __post_init__(self) -> None:
