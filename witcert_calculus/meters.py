@@ -67,7 +67,7 @@ from typing import Final, final
 import numpy as np
 from numpy.typing import ArrayLike
 
-from witcert_calculus._checks import F64, UNIT_ROUNDOFF, distribution, nonneg_array, \
+from witcert_calculus.validation import F64, UNIT_ROUNDOFF, distribution, nonneg_array, \
     positive_int, real
 from witcert_calculus.contracts import Contract, Reading, round_up
 from witcert_calculus.dither import (

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-from witcert_calculus._checks import positive_int, real
+from witcert_calculus.validation import positive_int, real
 from witcert_calculus.errors import InvalidValueError
 
 __all__ = [

@@ -37,7 +37,7 @@ from typing import Final, final
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-from witcert_calculus._checks import F64, UNIT_ROUNDOFF, finite_array, nonneg_array, \
+from witcert_calculus.validation import F64, UNIT_ROUNDOFF, finite_array, nonneg_array, \
     positive_int, real
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
