@@ -246,3 +246,49 @@ def test_saturated_or_infinite_input_readings() -> None:
     assert out.raw == math.inf and out.tier is Tier.SATURATED
     flat = Contract(K, L, a=0, b=Fraction(1, 2), evidence=P, name="flat")
     assert flat.bound(inf_in).raw == 0.5
+
+
+# ----------------------------------------------------------------------------- what a composite keeps
+
+def _eform_chain(witness_max: float) -> Contract[Any, Any]:
+    from witcert_calculus import score_bridge, softmax_tv_eform, witness_contract
+    storage = witness_contract(AtConsume, witness_max=witness_max)
+    score = score_bridge(AtConsume, scale=64 ** -0.5, q_norm_max=12.0)  # slope 3/2
+    return chain(storage, score, softmax_tv_eform(AtConsume))
+
+
+def test_composition_keeps_the_raw_risk_score() -> None:
+    from witcert_calculus import softmax_tv_eform, tv_eform
+    eps = 0.702681
+    alone = softmax_tv_eform(AtConsume).bound(eps)
+    meter = tv_eform([1.0], [eps]).reading()
+    assert alone.raw == pytest.approx(1.5385, abs=1e-4)
+    exact = (mpmath.exp(2 * mpmath.mpf(eps)) - 1) / 2
+    assert alone.raw >= exact and meter.raw >= exact  # both bound (e^{2 eps} - 1)/2 from above
+    composed = _eform_chain(eps / 1.5).bound(0.0)
+    assert composed.raw == pytest.approx(alone.raw, rel=1e-12)
+    assert composed.raw > 1.0 and composed.value == 1.0 and composed.tier is Tier.SATURATED
+
+
+def test_raw_is_never_below_the_value_and_the_value_never_loosens() -> None:
+    from witcert_calculus import softmax_tv_eform
+    tv = softmax_tv_eform(AtConsume)
+    for eps in (0.0, 0.01, 0.2, 0.5493, 0.7, 3.0, 400.0):
+        r = tv.bound(eps)
+        exact = (math.exp(2 * eps) - 1) / 2 if eps < 300 else math.inf
+        assert r.raw >= exact * (1 - 1e-15)
+        assert r.value == min(1.0, r.raw) and r.value >= min(1.0, exact)
+
+
+def test_explain_total_shows_what_the_composite_bounds() -> None:
+    c = _eform_chain(0.02)
+    total = c.explain().splitlines()[-1]
+    value = c.bound(0.0).value
+    assert f"{value:.6g}" in total, total          # the constant it actually bounds: 0.0309183
+    assert "0 * e_in + 1" in total and "(exp(2x) - 1) / 2" in total, total
+    assert "for every e_in" in total
+    # A composite that depends on e_in shows the affine part and the transfer it applies.
+    from witcert_calculus import score_bridge, softmax_tv_eform
+    d = chain(score_bridge(AtConsume, scale=1.0, q_norm_max=2.0), softmax_tv_eform(AtConsume))
+    line = d.explain().splitlines()[-1]
+    assert "min(" in line and "0 * e_in + 1" in line and "(exp(2x) - 1) / 2" in line, line

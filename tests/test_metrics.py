@@ -112,3 +112,38 @@ def test_metric_classes_are_types_not_values() -> None:
 
 def test_metric_types_pickle() -> None:
     assert pickle.loads(pickle.dumps(AttentionTV[AtConsume])) == AttentionTV[AtConsume]
+
+
+# ----------------------------------------------------------------------------- append-only registry
+
+def test_reregistering_a_builtin_metric_raises_and_changes_nothing() -> None:
+    from witcert_calculus import MetricAlreadyRegisteredError, Tier, tv_eform
+    before = metric_info(AttentionTV[AtConsume])
+    with pytest.raises(MetricAlreadyRegisteredError,
+                       match=r"AttentionTV is already registered.*saturation 1\.0"):
+        register_metric(unit="prob", meaning="oops", hi=5.0)(AttentionTV)
+    assert metric_info(AttentionTV[AtConsume]) == before
+    assert before.saturation == 1.0
+    assert tv_eform([1.0], [0.702681]).reading().tier is Tier.SATURATED
+
+
+def test_reregistering_a_user_metric_raises() -> None:
+    from witcert_calculus import MetricAlreadyRegisteredError
+
+    @register_metric(unit="bits", meaning="first declaration")
+    class Once(Metric[S]):
+        pass
+
+    with pytest.raises(MetricAlreadyRegisteredError, match="Once") as info:
+        register_metric(unit="bits", meaning="second declaration", saturation=1.0)(Once)
+    assert isinstance(info.value, ValueError)
+    assert pickle.loads(pickle.dumps(info.value)).args == info.value.args
+    assert metric_info(Once[AtWrite]).meaning == "first declaration"
+
+
+def test_the_registry_is_not_writable_from_outside() -> None:
+    view = M.registered_metrics()
+    assert view[AttentionTV].saturation == 1.0
+    with pytest.raises(TypeError):
+        view[AttentionTV] = view[LogitLinf]  # type: ignore[index]
+    assert M.registered_metrics()[AttentionTV].saturation == 1.0

@@ -41,6 +41,7 @@ from witcert_calculus.errors import (
     BudgetExceededError,
     InvalidValueError,
     JournalError,
+    MetricAlreadyRegisteredError,
     MetricMismatchError,
     NotAMetricError,
     OutOfDomainError,
@@ -75,6 +76,7 @@ from witcert_calculus.metrics import (
     metric_info,
     metric_name,
     register_metric,
+    registered_metrics,
 )
 from witcert_calculus.tiers import (
     Composition,
@@ -90,13 +92,12 @@ from witcert_calculus.tiers import (
 
 if TYPE_CHECKING:
     from witcert_calculus.bridges import (
-        Pooling,
-        Recurrence,
-        StableRows,
         empirical_ratio_bridge,
+        Pooling,
         pooling,
         rank_prefix_selection,
         rank_prefix_stable,
+        Recurrence,
         recurrence,
         score_bridge,
         selector_mass_eform,
@@ -104,86 +105,173 @@ if TYPE_CHECKING:
         softmax_tv_eform,
         softmax_tv_tanh,
         softmax_tv_tanh_osc,
+        StableRows,
         witness_contract,
     )
-    from witcert_calculus.ledger import (
-        Admission,
-        Aggregate,
-        Decision,
-        EProcess,
-        EProcessState,
-        EmpiricalPolicy,
-        EntryAdmission,
-        EntryCertification,
-        EventCounts,
-        EventKind,
-        LedgerStats,
-        ReadGrant,
-        RiskLedger,
-        SlotRead,
-        SlotRecord,
-        SlotState,
-        SlotTable,
-        Verdict,
-        certify_entries,
-        certify_step,
-        telescoping_delta,
-        telescoping_spent,
-        tradeoff_curve,
-    )
-    from witcert_calculus.meters import (
-        ByteAccount,
-        DispersionCounterexample,
-        DitherKey,
-        DitheredKeys,
-        PageInPlan,
-        RopeLayout,
-        TVBatch,
-        TVBound,
-        band_channels,
-        band_norms,
-        band_pairs,
-        band_witness,
-        block_summary,
+    from witcert_calculus.dither import (
         byte_account,
+        ByteAccount,
         delta_local,
-        dispersion_bound_unsound,
         dither_dequantize,
         dither_mean_offset,
         dither_noise,
         dither_quantize,
         dither_variance_proxy,
-        logit_bound,
-        logit_linf_reading,
+        DitheredKeys,
+        DitherKey,
+        select_outlier_pairs,
+        subgaussian_radius,
+        tier_b_certificate,
+    )
+    from witcert_calculus.entries import (
+        Aggregate,
+        certify_entries,
+        certify_step,
+        EntryCertification,
+        tradeoff_curve,
+    )
+    from witcert_calculus.eprocess import (
+        EProcess,
+        EProcessState,
+    )
+    from witcert_calculus.ledger import (
+        Admission,
+        Decision,
+        EmpiricalPolicy,
+        EntryAdmission,
+        EventCounts,
+        EventKind,
+        LedgerStats,
+        RiskLedger,
+        telescoping_delta,
+        telescoping_spent,
+        Verdict,
+    )
+    from witcert_calculus.meters import (
+        block_summary,
+        dispersion_bound_unsound,
+        DispersionCounterexample,
         output_error_bound,
         output_error_contract,
         page_in_order,
-        rate_upper_bound,
-        select_outlier_pairs,
-        sentinel_rounds,
-        subgaussian_radius,
-        tier_b_certificate,
+        PageInPlan,
         tv_bounds_batch,
         tv_eform,
         tv_meter,
         tv_retention,
         tv_tanh_max,
         tv_two_sided,
+        TVBatch,
+        TVBound,
+    )
+    from witcert_calculus.sentinels import (
+        rate_upper_bound,
+        sentinel_rounds,
+    )
+    from witcert_calculus.slots import (
+        ReadGrant,
+        SlotRead,
+        SlotRecord,
+        SlotState,
+        SlotTable,
+    )
+    from witcert_calculus.witness import (
+        band_channels,
+        band_norms,
+        band_pairs,
+        band_witness,
+        logit_bound,
+        logit_linf_reading,
+        RopeLayout,
     )
 
-_LAZY_MODULES = ("witcert_calculus.bridges", "witcert_calculus.ledger", "witcert_calculus.meters")
+#: Where each lazily loaded public name is implemented (loaded on first use, PEP 562).
+_LAZY: dict[str, str] = {
+    "Admission": "witcert_calculus.ledger",
+    "Aggregate": "witcert_calculus.entries",
+    "ByteAccount": "witcert_calculus.dither",
+    "Decision": "witcert_calculus.ledger",
+    "DispersionCounterexample": "witcert_calculus.meters",
+    "DitherKey": "witcert_calculus.dither",
+    "DitheredKeys": "witcert_calculus.dither",
+    "EProcess": "witcert_calculus.eprocess",
+    "EProcessState": "witcert_calculus.eprocess",
+    "EmpiricalPolicy": "witcert_calculus.ledger",
+    "EntryAdmission": "witcert_calculus.ledger",
+    "EntryCertification": "witcert_calculus.entries",
+    "EventCounts": "witcert_calculus.ledger",
+    "EventKind": "witcert_calculus.ledger",
+    "LedgerStats": "witcert_calculus.ledger",
+    "PageInPlan": "witcert_calculus.meters",
+    "Pooling": "witcert_calculus.bridges",
+    "ReadGrant": "witcert_calculus.slots",
+    "Recurrence": "witcert_calculus.bridges",
+    "RiskLedger": "witcert_calculus.ledger",
+    "RopeLayout": "witcert_calculus.witness",
+    "SlotRead": "witcert_calculus.slots",
+    "SlotRecord": "witcert_calculus.slots",
+    "SlotState": "witcert_calculus.slots",
+    "SlotTable": "witcert_calculus.slots",
+    "StableRows": "witcert_calculus.bridges",
+    "TVBatch": "witcert_calculus.meters",
+    "TVBound": "witcert_calculus.meters",
+    "Verdict": "witcert_calculus.ledger",
+    "band_channels": "witcert_calculus.witness",
+    "band_norms": "witcert_calculus.witness",
+    "band_pairs": "witcert_calculus.witness",
+    "band_witness": "witcert_calculus.witness",
+    "block_summary": "witcert_calculus.meters",
+    "byte_account": "witcert_calculus.dither",
+    "certify_entries": "witcert_calculus.entries",
+    "certify_step": "witcert_calculus.entries",
+    "delta_local": "witcert_calculus.dither",
+    "dispersion_bound_unsound": "witcert_calculus.meters",
+    "dither_dequantize": "witcert_calculus.dither",
+    "dither_mean_offset": "witcert_calculus.dither",
+    "dither_noise": "witcert_calculus.dither",
+    "dither_quantize": "witcert_calculus.dither",
+    "dither_variance_proxy": "witcert_calculus.dither",
+    "empirical_ratio_bridge": "witcert_calculus.bridges",
+    "logit_bound": "witcert_calculus.witness",
+    "logit_linf_reading": "witcert_calculus.witness",
+    "output_error_bound": "witcert_calculus.meters",
+    "output_error_contract": "witcert_calculus.meters",
+    "page_in_order": "witcert_calculus.meters",
+    "pooling": "witcert_calculus.bridges",
+    "rank_prefix_selection": "witcert_calculus.bridges",
+    "rank_prefix_stable": "witcert_calculus.bridges",
+    "rate_upper_bound": "witcert_calculus.sentinels",
+    "recurrence": "witcert_calculus.bridges",
+    "score_bridge": "witcert_calculus.bridges",
+    "select_outlier_pairs": "witcert_calculus.dither",
+    "selector_mass_eform": "witcert_calculus.bridges",
+    "sentinel_rounds": "witcert_calculus.sentinels",
+    "softmax_tv_affine": "witcert_calculus.bridges",
+    "softmax_tv_eform": "witcert_calculus.bridges",
+    "softmax_tv_tanh": "witcert_calculus.bridges",
+    "softmax_tv_tanh_osc": "witcert_calculus.bridges",
+    "subgaussian_radius": "witcert_calculus.dither",
+    "telescoping_delta": "witcert_calculus.ledger",
+    "telescoping_spent": "witcert_calculus.ledger",
+    "tier_b_certificate": "witcert_calculus.dither",
+    "tradeoff_curve": "witcert_calculus.entries",
+    "tv_bounds_batch": "witcert_calculus.meters",
+    "tv_eform": "witcert_calculus.meters",
+    "tv_meter": "witcert_calculus.meters",
+    "tv_retention": "witcert_calculus.meters",
+    "tv_tanh_max": "witcert_calculus.meters",
+    "tv_two_sided": "witcert_calculus.meters",
+    "witness_contract": "witcert_calculus.bridges",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # Names of the heavy modules load on first use (PEP 562).
-    if name in __all__:
-        for module in _LAZY_MODULES:
-            mod = importlib.import_module(module)
-            if name in mod.__all__:
-                value = getattr(mod, name)
-                globals()[name] = value
-                return value
-    raise AttributeError(f"module 'witcert_calculus' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'witcert_calculus' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
@@ -224,6 +312,7 @@ __all__ = [
     "LogitOsc",
     "Measurement",
     "Metric",
+    "MetricAlreadyRegisteredError",
     "MetricInfo",
     "MetricMismatchError",
     "NotAMetricError",
@@ -298,6 +387,7 @@ __all__ = [
     "rate_upper_bound",
     "recurrence",
     "register_metric",
+    "registered_metrics",
     "score_bridge",
     "select_outlier_pairs",
     "selector_mass_eform",

@@ -32,7 +32,6 @@ from witcert_calculus.contracts import (
     Number,
     Transfer,
     TransferKind,
-    exact,
     round_up,
 )
 from witcert_calculus.errors import InvalidValueError
@@ -64,6 +63,7 @@ from witcert_calculus.theorems import (
     WITNESS_SOUND,
 )
 from witcert_calculus.tiers import Measurement, Premise, Proof
+from witcert_calculus.validation import exact, positive_int
 
 __all__ = [
     "Pooling",
@@ -416,7 +416,7 @@ def rank_prefix_stable(scores: npt.ArrayLike, *, k: int, eps: float) -> StableRo
     if arr.ndim != 2 or not np.all(np.isfinite(arr)):
         raise InvalidValueError("scores", scores, "must be a finite 1-d or 2-d array")
     n = arr.shape[1]
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < n:
+    if positive_int("k", k) >= n:
         raise InvalidValueError("k", k, f"must be an int with 1 <= k < {n}")
     e = float(exact(eps, "eps"))
     part = -np.partition(-arr, [k - 1, k], axis=1)

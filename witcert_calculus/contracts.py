@@ -60,6 +60,7 @@ from witcert_calculus.tiers import (
     decide_tier,
     theorems_of,
 )
+from witcert_calculus.validation import exact, number
 
 __all__ = [
     "Contract",
@@ -79,22 +80,6 @@ Out = TypeVar("Out", bound=Metric[Any])
 X = TypeVar("X", bound=Metric[Any])
 M = TypeVar("M", bound=Metric[Any])
 
-
-
-def exact(value: object, name: str, *, upper: Fraction | None = None,
-          strict_upper: bool = False) -> Fraction:
-    """Convert a finite, nonnegative number to an exact Fraction, or raise naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
-        raise InvalidValueError(name, value, "must be an int, float or Fraction")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidValueError(name, value, "must be finite")
-    fr = Fraction(value)
-    if fr < 0:
-        raise InvalidValueError(name, value, "must be >= 0")
-    if upper is not None and (fr >= upper if strict_upper else fr > upper):
-        bound = f"< {upper}" if strict_upper else f"<= {upper}"
-        raise InvalidValueError(name, value, f"must be {bound}")
-    return fr
 
 
 def round_up(value: Fraction) -> float:
@@ -189,15 +174,33 @@ class _Stage:
     evidence: Evidence
     is_identity: bool = False
 
-    def best(self, x: float) -> float:
-        """The tightest bound this stage gives at input ``x`` (rounded up)."""
+    def best(self, x: float, *, saturation: float | None = None) -> float:
+        """The tightest bound this stage gives at input ``x`` (rounded up).
+
+        With ``saturation`` (the last stage of a contract), an affine part at or above the
+        output metric's saturation says nothing, and the transfer's value is kept as the
+        raw risk score (the reported value is clamped to the saturation either way).
+        """
         if self.a == 0:
             affine = round_up(self.b)
         else:
             affine = round_up(self.a * Fraction(x) + self.b) if math.isfinite(x) else math.inf
         if self.transfer is None:
             return affine
-        return min(affine, self.transfer(x))
+        return _risk(affine, self.transfer(x), saturation)
+
+    @property
+    def constant(self) -> bool:
+        """Whether the output bound is the same for every input (``a = 0``, no transfer)."""
+        return self.a == 0 and self.transfer is None
+
+
+def _risk(affine: float, other: float, saturation: float | None) -> float:
+    # min(affine, other), except that an affine bound at or above the saturation is no
+    # information: then ``other`` is the risk score, and min(raw, saturation) the value.
+    if saturation is not None and affine >= saturation:
+        return other
+    return min(affine, other)
 
 
 @final
@@ -402,10 +405,12 @@ class Contract(Generic[In, Out]):
             affine = round_up(self.a * Fraction(x) + self.b)
         if all(s.transfer is None for s in self._stages):
             return affine
+        saturation = metric_info(self.m_out).saturation
         y = x
-        for s in self._stages:
+        for s in self._stages[:-1]:
             y = s.best(y)
-        return min(affine, y)
+        y = self._stages[-1].best(y, saturation=saturation)
+        return _risk(affine, y, saturation)
 
     def explain(self) -> str:
         """A readable account: each stage with coefficients, evidence and tier, then the total."""
@@ -417,10 +422,30 @@ class Contract(Generic[In, Out]):
                 f"  {i}. {s.name}: {metric_name(s.m_in)} -> {metric_name(s.m_out)}: "
                 f"e_out <= {_fmt(s.a)} * e_in + {_fmt(s.b)}{tf}{cap}; delta={_fmt(s.delta)}; "
                 f"{_describe(s.evidence)}; tier {_stage_tier(s).name}")
-        cap = "" if self.cap is None else f" on e_in <= {_fmt(self.cap)}"
-        lines.append(f"  total: e_out <= {_fmt(self.a)} * e_in + {_fmt(self.b)}{cap}; "
-                     f"delta={_fmt(self.delta)}; tier {self.tier.name}")
+        lines.append(f"  total: e_out <= {self._total()}; delta={_fmt(self.delta)}; "
+                     f"tier {self.tier.name}")
         return "\n".join(lines)
+
+    def _total(self) -> str:
+        """What the composite bounds: its affine part, and the stages' transfers where used."""
+        cap = "" if self.cap is None else f" on e_in <= {_fmt(self.cap)}"
+        affine = f"{_fmt(self.a)} * e_in + {_fmt(self.b)}"
+        transfers = [f"{s.transfer.formula()} (stage {i})"
+                     for i, s in enumerate(self._stages, 1) if s.transfer is not None]
+        if not transfers:
+            return affine + cap
+        through = ", ".join(transfers)
+        if any(s.constant for s in self._stages):
+            # A stage with a = 0 and no transfer makes everything after it one number.
+            value = self.bound(0.0).value
+            return (f"{value:.6g} for every e_in{cap} (affine part {affine}; through "
+                    f"{through})")
+        n = len(self._stages)
+        nested = "e_in"
+        for i in range(1, n + 1):
+            nested = f"g{i}({nested})"
+        return (f"min({affine}, {nested}){cap}, g_i(x) = min(a_i * x + b_i, T_i(x)) of the "
+                f"stages above, with T: {through}")
 
 
 def _stage_tier(s: _Stage) -> Tier:
@@ -582,9 +607,7 @@ class Reading(Generic[M]):
     def __post_init__(self) -> None:
         info = metric_info(self.metric)
         raw = self.raw
-        if isinstance(raw, bool) or not isinstance(raw, (int, float, Fraction)):
-            raise InvalidValueError("raw", raw, "must be a number")
-        raw = float(raw)
+        raw = number("raw", raw)
         if math.isnan(raw) or raw < info.lo:
             raise InvalidValueError("raw", self.raw, f"must be a number >= {info.lo} for "
                                     f"{metric_name(self.metric)}")

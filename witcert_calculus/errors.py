@@ -13,6 +13,7 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     ├── MetricMismatchError          (TypeError)   two stages do not meet in one metric
     ├── RegimeMismatchError          (TypeError)   readings of different regimes combined
     ├── UnregisteredMetricError      (LookupError) a metric class that was never registered
+    ├── MetricAlreadyRegisteredError (ValueError)  a metric class registered a second time
     ├── NotAMetricError              (TypeError)   something that is not a site-indexed metric
     ├── AdmissionError               (ValueError)  the ledger refuses an object by rule
     ├── BudgetExceededError          (RuntimeError) a spend would exceed a request's budget
@@ -37,6 +38,7 @@ __all__ = [
     "BudgetExceededError",
     "InvalidValueError",
     "JournalError",
+    "MetricAlreadyRegisteredError",
     "MetricMismatchError",
     "NotAMetricError",
     "OutOfDomainError",
@@ -195,6 +197,28 @@ class UnregisteredMetricError(WitcertError, LookupError):
         return (
             f"metric {self.metric} was never registered; decorate its class with "
             "@register_metric(unit=..., lo=..., hi=..., meaning=...)"
+        )
+
+
+@final
+class MetricAlreadyRegisteredError(WitcertError, ValueError):
+    """A metric class that is already registered: the registry is append-only.
+
+    Args:
+        metric: the qualified name of the class.
+        existing: the declaration in force (unit, bounds, saturation), as text.
+    """
+
+    def __init__(self, metric: str, existing: str) -> None:
+        self.metric = metric
+        self.existing = existing
+        super().__init__(metric, existing)
+
+    def _message(self) -> str:
+        return (
+            f"metric {self.metric} is already registered ({self.existing}); a metric "
+            "registers once and its declaration never changes: declare a new metric class "
+            "for a different unit, range or saturation"
         )
 
 

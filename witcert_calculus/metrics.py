@@ -30,13 +30,19 @@ from __future__ import annotations
 
 import math
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Generic, cast, final
 
 from typing_extensions import Never, TypeVar
 
-from witcert_calculus.errors import InvalidValueError, NotAMetricError, UnregisteredMetricError
+from witcert_calculus.errors import (
+    InvalidValueError,
+    MetricAlreadyRegisteredError,
+    NotAMetricError,
+    UnregisteredMetricError,
+)
 
 __all__ = [
     "AtConsume",
@@ -60,6 +66,7 @@ __all__ = [
     "metric_info",
     "metric_name",
     "register_metric",
+    "registered_metrics",
 ]
 
 
@@ -121,7 +128,19 @@ class MetricInfo:
     meaning: str
 
 
+# Append-only: register_metric adds a class once; nothing removes or replaces an entry.
 _REGISTRY: dict[type, MetricInfo] = {}
+
+
+def registered_metrics() -> Mapping[type, MetricInfo]:
+    """A read-only view of the registry: metric class -> its declaration.
+
+    Example:
+        >>> from witcert_calculus.metrics import AttentionTV, registered_metrics
+        >>> registered_metrics()[AttentionTV].saturation
+        1.0
+    """
+    return MappingProxyType(_REGISTRY)
 
 
 def register_metric(
@@ -145,6 +164,8 @@ def register_metric(
         InvalidValueError: on an empty unit or meaning, ``lo > hi``, NaN bounds,
             or a saturation outside ``[lo, hi]``.
         NotAMetricError: if the class is not a subclass of :class:`Metric`.
+        MetricAlreadyRegisteredError: if the class is already registered (built-in or
+            user metric): the registry is append-only.
 
     Example:
         >>> from witcert_calculus.metrics import Metric, S, register_metric
@@ -166,6 +187,11 @@ def register_metric(
         target: type = cls
         if not issubclass(target, Metric):
             raise NotAMetricError(repr(target), "register_metric decorates subclasses of Metric")
+        old = _REGISTRY.get(target)
+        if old is not None:
+            raise MetricAlreadyRegisteredError(
+                target.__qualname__, f"unit {old.unit!r}, range [{old.lo}, {old.hi}], "
+                f"saturation {old.saturation}")
         _REGISTRY[target] = MetricInfo(target.__name__, unit, float(lo), float(hi),
                                        None if saturation is None else float(saturation), meaning)
         return cls

@@ -43,6 +43,7 @@ from witcert_calculus.theorems import (
     WEAKEST_LE_LEFT,
     WEAKEST_LE_RIGHT,
 )
+from witcert_calculus.validation import positive_int
 
 __all__ = [
     "Composition",
@@ -175,8 +176,7 @@ class Measurement:
     def __post_init__(self) -> None:
         if not self.description.strip():
             raise InvalidValueError("description", self.description, "must describe the measurement")
-        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
-            raise InvalidValueError("samples", self.samples, "must be an int >= 1")
+        positive_int("samples", self.samples)
 
 
 @final

@@ -1,16 +1,41 @@
-"""Input validation shared by the meter modules (each failure names the value)."""
+"""Input validation: every check of a user-supplied value, each failure naming the value.
+
+The scalar checks serve the numpy-free core (contracts, tiers) as well as the meters, so
+this module imports numpy only when an array check runs; ``F64`` resolves on first use.
+
+Main declarations:
+
+- scalars: :func:`exact` (a finite, nonnegative exact rational), :func:`number`,
+  :func:`real`, :func:`positive_int`;
+- arrays: :func:`as_float_array`, :func:`finite_array`, :func:`nonneg_array`,
+  :func:`distribution`; the alias ``F64``.
+"""
 
 from __future__ import annotations
 
 import math
 import numbers
-
-import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from fractions import Fraction
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 from witcert_calculus.errors import InvalidValueError
 
-F64 = NDArray[np.float64]
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike, NDArray
+
+    F64 = NDArray[np.float64]
+
+
+def __getattr__(name: str) -> Any:
+    # ``F64`` at run time, without importing numpy for the core (PEP 562).
+    if name == "F64":
+        import numpy as np
+        from numpy.typing import NDArray
+        return NDArray[np.float64]
+    raise AttributeError(f"module 'witcert_calculus.validation' has no attribute {name!r}")
+
 
 #: Unit roundoff of IEEE binary64.
 UNIT_ROUNDOFF = 2.0**-53
@@ -21,6 +46,8 @@ PROB_SUM_ATOL = 1e-6
 
 def as_float_array(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...]) -> F64:
     """Convert to a float64 array of the given rank; reject NaN."""
+    import numpy as np
+
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -37,6 +64,8 @@ def as_float_array(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...]) 
 
 def finite_array(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...]) -> F64:
     """As :func:`as_float_array`, and reject infinities."""
+    import numpy as np
+
     arr = as_float_array(name, value, ndim=ndim)
     bad = ~np.isfinite(arr)
     if bad.any():
@@ -48,6 +77,8 @@ def finite_array(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...]) ->
 def nonneg_array(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...],
                  allow_inf: bool = False) -> F64:
     """A float64 array with every entry >= 0 (``+inf`` allowed only when asked)."""
+    import numpy as np
+
     arr = as_float_array(name, value, ndim=ndim) if allow_inf else finite_array(
         name, value, ndim=ndim)
     neg = arr < 0
@@ -63,6 +94,8 @@ def distribution(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...] = 1
     Renormalizing makes the bound refer to the distribution the weights define, so
     rounding in the caller's normalization never enters the bound.
     """
+    import numpy as np
+
     arr = nonneg_array(name, value, ndim=ndim)
     if arr.shape[-1] == 0:
         raise InvalidValueError(name, "empty array", "must hold at least one token")
@@ -86,6 +119,44 @@ def positive_int(name: str, value: object, *, minimum: int = 1) -> int:
     return v
 
 
+def integer(name: str, value: object) -> int:
+    """An ``int`` (not bool; numpy integers too), e.g. a request id or a slot index."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidValueError(name, value, "must be an int")
+    return int(value)
+
+
+def nonneg_int(name: str, value: object) -> int:
+    """An ``int`` (not bool; numpy integers too) that is ``>= 0``, e.g. an index or a count."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 0:
+        raise InvalidValueError(name, value, "must be an int >= 0")
+    return int(value)
+
+
+def unit_rational(name: str, value: object, *, open_interval: bool = False,
+                  text: bool = False) -> Fraction:
+    """An exact rational in ``[0, 1]`` (or, with ``open_interval``, in ``(0, 1)``).
+
+    Ints, Fractions and floats are taken exactly (a float's binary value, not its
+    decimal spelling); with ``text``, strings such as ``"1/100"`` too. Bools,
+    NaN and infinities are refused.
+    """
+    where = "(0, 1)" if open_interval else "[0, 1]"
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction, str)) or (
+            isinstance(value, str) and not text):
+        raise InvalidValueError(name, value, f"must be a number in {where}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidValueError(name, value, f"must be finite, in {where}")
+    try:
+        fr = Fraction(value)
+    except (ValueError, ZeroDivisionError) as exc:
+        raise InvalidValueError(name, value, f"is not a number ({exc})") from None
+    if not (0 < fr < 1 if open_interval else 0 <= fr <= 1):
+        interval = "the open interval (0, 1)" if open_interval else "the closed interval [0, 1]"
+        raise InvalidValueError(name, value, f"must lie in {interval}")
+    return fr
+
+
 def real(name: str, value: object, *, lo: float = -math.inf, hi: float = math.inf,
          lo_open: bool = False, hi_open: bool = False, allow_inf: bool = False) -> float:
     """A real scalar in the stated interval."""
@@ -99,3 +170,27 @@ def real(name: str, value: object, *, lo: float = -math.inf, hi: float = math.in
         right = ")" if hi_open else "]"
         raise InvalidValueError(name, value, f"must lie in {left}{lo}, {hi}{right}")
     return v
+
+
+def number(name: str, value: object) -> float:
+    """An ``int``, ``float`` or ``Fraction`` (not bool) as a float; NaN and infinities pass."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        raise InvalidValueError(name, value, "must be a number")
+    return float(value)
+
+
+def exact(value: object, name: str, *, upper: Fraction | None = None,
+          strict_upper: bool = False) -> Fraction:
+    """Convert a finite, nonnegative number to an exact Fraction, or raise naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        raise InvalidValueError(name, value, "must be an int, float or Fraction")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidValueError(name, value, "must be finite")
+    fr = Fraction(value)
+    if fr < 0:
+        raise InvalidValueError(name, value, "must be >= 0")
+    if upper is not None and (fr >= upper if strict_upper else fr > upper):
+        bound = f"< {upper}" if strict_upper else f"<= {upper}"
+        raise InvalidValueError(name, value, f"must be {bound}")
+    return fr
+
