@@ -479,14 +479,41 @@ def export(env: Env, files: list[Path], code: int, out: str, dt: float,
     return problems
 
 
+SHIPPED = Path("witcert_calculus") / "lean_export.json"
+"""The export shipped with the package (relative to the repository root)."""
+
+
+def shipped_export(doc: dict[str, object]) -> str:
+    """The text of the shipped export for a build's ``theorems.json``: name, module, statement.
+
+    The same format as ``theorems.json`` (so the registry reads both), without the
+    build-specific fields (source hashes, audit method).
+    """
+    records = doc.get("theorems")
+    assert isinstance(records, list)
+    out = {"origin": "witcert-calculus formal/ (scripts/lean_driver.py)",
+           "theorems": [{k: t[k] for k in ("name", "module", "statement")}
+                        for t in sorted(records, key=lambda t: t["name"])]}
+    return json.dumps(out, indent=1, ensure_ascii=False) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     ap = argparse.ArgumentParser(description="Compile formal/ with the WebAssembly Lean.")
     ap.add_argument("--root", type=Path, required=True)
-    ap.add_argument("--cache", type=Path, required=True)
+    ap.add_argument("--cache", type=Path)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--ship", action="store_true",
+                    help="copy formal/build/theorems.json into the package's lean_export.json")
     args = ap.parse_args(argv)
     root = args.root.resolve()
+    if args.ship:
+        doc = json.loads((root / "formal" / "build" / "theorems.json").read_text(encoding="utf-8"))
+        (root / SHIPPED).write_text(shipped_export(doc), encoding="utf-8")
+        print(f"lean-build: wrote {SHIPPED} ({len(doc['theorems'])} theorems)")
+        return 0
+    if args.cache is None:
+        ap.error("--cache is required to build")
     formal = root / "formal"
     build_dir = formal / "build"
     build_dir.mkdir(parents=True, exist_ok=True)

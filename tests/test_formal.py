@@ -76,6 +76,13 @@ def test_export_is_current(export: dict[str, Any]) -> None:
     assert recorded == current, "formal/ changed since the last build: run scripts/lean_build.sh"
 
 
+def test_the_shipped_export_is_the_builds(export: dict[str, Any]) -> None:
+    shipped = (ROOT / lean_driver.SHIPPED).read_text(encoding="utf-8")
+    assert shipped == lean_driver.shipped_export(export), (
+        f"{lean_driver.SHIPPED} differs from the Lean build's export: run "
+        "python scripts/lean_driver.py --root . --ship")
+
+
 def test_export_has_a_statement_for_every_declared_theorem(export: dict[str, Any]) -> None:
     declared = [n for n, _ in lean_driver.declared_theorems(FORMAL, lean_sources())]
     names = [t["name"] for t in export["theorems"]]

@@ -147,3 +147,12 @@ def test_the_registry_is_not_writable_from_outside() -> None:
     with pytest.raises(TypeError):
         view[AttentionTV] = view[LogitLinf]  # type: ignore[index]
     assert M.registered_metrics()[AttentionTV].saturation == 1.0
+
+
+def test_a_bare_metric_stage_fails_at_construction_and_says_why_mypy_missed_it() -> None:
+    from witcert_calculus import witness_contract
+    storage = witness_contract(AtConsume, witness_max=0.02)
+    with pytest.raises(NotAMetricError, match=r"KeyResidualAbs\[AtConsume\].*mypy cannot.*"
+                                              r"KeyResidualAbs\[Any\]"):
+        storage >> Contract(KeyResidualAbs, AttentionTV[AtConsume], a=1, b=0,  # type: ignore[misc]
+                            evidence=Proof("WitCert.Contract.id_sound"), name="bare")

@@ -74,8 +74,8 @@ def test_composition_takes_weakest_and_restriction() -> None:
 
 @pytest.mark.parametrize("bad", [
     lambda: Proof("comp_sound"), lambda: Measurement("", 1), lambda: Measurement("m", 0),
-    lambda: Measurement("m", True), lambda: Restricted(Proof("WitCert.X"), " "),
-    lambda: decide_tier(Proof("WitCert.X"), value=math.nan),
+    lambda: Measurement("m", True), lambda: Restricted(Proof("WitCert.Contract.comp_sound"), " "),
+    lambda: decide_tier(Proof("WitCert.Contract.comp_sound"), value=math.nan),
     lambda: decide_tier("proof"),  # type: ignore[arg-type]
 ])
 def test_bad_evidence_raises(bad: object) -> None:

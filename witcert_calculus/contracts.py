@@ -49,7 +49,7 @@ from witcert_calculus.errors import (
     RegimeMismatchError,
 )
 from witcert_calculus.metrics import Metric, check_value, metric_info, metric_name, same_metric
-from witcert_calculus.theorems import ADD_SOUND, ID_SOUND
+from witcert_calculus.theorems import ADD_SOUND, ID_SOUND, lookup
 from witcert_calculus.tiers import (
     Composition,
     Evidence,
@@ -462,12 +462,17 @@ def _fmt(value: Fraction) -> str:
 
 def _describe(e: Evidence) -> str:
     if isinstance(e, Proof):
-        return f"Lean {e.theorem}"
+        return f"Lean {_cite(e.theorem)}"
     if isinstance(e, Restricted):
-        return f"Lean {e.proof.theorem} on {e.subset}"
+        return f"Lean {_cite(e.proof.theorem)} on {e.subset}"
     if isinstance(e, Measurement):
         return f"measured: {e.description} (n={e.samples})"
-    return f"composition by Lean {e.theorem}"
+    return f"composition by Lean {_cite(e.theorem)}"
+
+
+def _cite(theorem: str) -> str:
+    """A theorem name with the export it came from."""
+    return f"{theorem} [{lookup(theorem).origin}]"
 
 
 def _compose(c1: Contract[Any, Any], c2: Contract[Any, Any]) -> Contract[Any, Any]:

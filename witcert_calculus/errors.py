@@ -9,7 +9,8 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     WitcertError
     ├── InvalidValueError            (ValueError)  a number outside its allowed range
     │   ├── OutOfDomainError                       input outside a contract's domain of validity
-    │   └── PremiseError                           a proof's premise does not hold
+    │   ├── PremiseError                           a proof's premise does not hold
+    │   └── UnknownTheoremError                    a proof cites a theorem no export holds
     ├── MetricMismatchError          (TypeError)   two stages do not meet in one metric
     ├── RegimeMismatchError          (TypeError)   readings of different regimes combined
     ├── UnregisteredMetricError      (LookupError) a metric class that was never registered
@@ -21,7 +22,8 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     ├── ReusedRequestIdError         (ValueError)  a request id that was already used
     ├── UnwrittenSlotError           (LookupError) read of a slot that holds no bytes
     ├── StaleReadError               (LookupError) read authorised at an older generation
-    └── JournalError                 (OSError)     the durable journal cannot be used
+    ├── JournalError                 (OSError)     the durable journal cannot be used
+    └── TheoremExportError           (ValueError)  a Lean export file that cannot be registered
 
 Main declarations:
 
@@ -46,7 +48,9 @@ __all__ = [
     "RegimeMismatchError",
     "ReusedRequestIdError",
     "StaleReadError",
+    "TheoremExportError",
     "UnknownRequestError",
+    "UnknownTheoremError",
     "UnregisteredMetricError",
     "UnwrittenSlotError",
     "WitcertError",
@@ -131,6 +135,30 @@ class PremiseError(InvalidValueError):
             self, f"premise {premise!r} of {theorem}", value, "does not hold"
         )
         self._args = (theorem, premise, value)
+
+
+@final
+class UnknownTheoremError(InvalidValueError):
+    """A proof cites a theorem that neither the shipped Lean export nor a registered one holds.
+
+    Args:
+        theorem: the cited name.
+        known: how many theorems the registry holds.
+    """
+
+    def __init__(self, theorem: str, known: int) -> None:
+        self.theorem = theorem
+        self.known = known
+        InvalidValueError.__init__(self, "theorem", theorem, "is not in any Lean export")
+        self._args = (theorem, known)
+
+    def _message(self) -> str:
+        return (
+            f"theorem {self.theorem!r} is not exported by the Lean build shipped with "
+            f"witcert-calculus nor by any registered export ({self.known} theorems known); "
+            "cite an exported theorem (witcert_calculus.theorems), or prove it in your own Lake "
+            "project and register its export with witcert_calculus.theorems.register_theorems(path)"
+        )
 
 
 @final
@@ -375,3 +403,22 @@ class JournalError(WitcertError, OSError):
 
     def _message(self) -> str:
         return f"journal {self.path}: {self.reason}"
+
+
+@final
+class TheoremExportError(WitcertError, ValueError):
+    """A Lean export file (``theorems.json``) that cannot be registered.
+
+    Args:
+        path: the file.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(path, reason)
+
+    def _message(self) -> str:
+        return f"Lean export {self.path}: {self.reason}"
+

@@ -207,6 +207,15 @@ def _is_metric_class(obj: object) -> bool:
     return isinstance(obj, type) and issubclass(obj, Metric)
 
 
+# Why this run-time check is the guard under mypy: a bare generic class used as a value is
+# typed KeyResidualAbs[Any] by mypy (it does not apply the site parameter's default), and Any
+# matches every site; pyright applies the default, Never, and rejects the stage statically.
+_BARE_METRIC_NOTE = (
+    "pyright --strict rejects a bare metric class statically ({name}[Never]); mypy cannot, "
+    "since it types a bare generic class as {name}[Any], so this check at construction is "
+    "the guard there (mypy's disallow_any_expr flags the Any)")
+
+
 def _split(metric: object) -> tuple[type, type]:
     """Validate a parameterized metric and return (metric class, site class)."""
     origin: object = typing.get_origin(metric)
@@ -215,7 +224,7 @@ def _split(metric: object) -> tuple[type, type]:
         if _is_metric_class(metric):
             name = str(getattr(metric, "__name__", metric))
             raise NotAMetricError(name, "the observation site is missing; write e.g. "
-                                  f"{name}[AtConsume]")
+                                  f"{name}[AtConsume]. {_BARE_METRIC_NOTE.format(name=name)}")
         raise NotAMetricError(repr(metric), "expected a metric class with a site, "
                               "e.g. AttentionTV[AtConsume]")
     if not _is_metric_class(origin):

@@ -4,15 +4,35 @@ Each constant is the fully qualified name of a theorem of the Lean development u
 ``formal/WitCert``; ``tests/test_formal.py`` checks each against what the Lean build
 exports. Modules cite these constants and never type a theorem name again.
 
-Main declarations: one ``Final`` string per theorem, grouped by Lean module.
+The registry of citable theorems is append-only: the export of the Lean build shipped
+with the package (``lean_export.json``, name, module and statement of every theorem), plus
+the exports of the user's own Lake projects registered with :func:`register_theorems`. A
+:class:`~witcert_calculus.tiers.Proof` citing a name that no export holds is refused.
+
+Main declarations:
+
+- one ``Final`` string per theorem, grouped by Lean module;
+- :class:`TheoremRecord`, :func:`lookup`, :func:`register_theorems`,
+  :func:`registered_theorems`, :data:`BUILTIN_ORIGIN`.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import json
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final, final
+
+from witcert_calculus.errors import TheoremExportError, UnknownTheoremError
 
 __all__ = [
     "ADD_SOUND",
+    "BUILTIN_ORIGIN",
     "COMP_SOUND",
     "DECIDE_SATURATED_NE_CERTIFIED",
     "DITHER_LOGIT_TAIL",
@@ -42,6 +62,7 @@ __all__ = [
     "TV_RETENTION_SOUND",
     "TV_TWO_SIDED_SOUND",
     "TWO_LAYER_BUDGET",
+    "TheoremRecord",
     "VILLE_FINITE_TREE",
     "WEAKEST_ASSOC",
     "WEAKEST_COMM",
@@ -49,6 +70,9 @@ __all__ = [
     "WEAKEST_LE_LEFT",
     "WEAKEST_LE_RIGHT",
     "WITNESS_SOUND",
+    "lookup",
+    "register_theorems",
+    "registered_theorems",
 ]
 
 # ----------------------------------------------------------------------------- Analytic
@@ -111,3 +135,131 @@ WEAKEST_LE_RIGHT: Final = "WitCert.Tier.weakest_le_right"
 # ----------------------------------------------------------------------------- Witness
 
 LOGIT_BOUND_SOUND: Final = "WitCert.Witness.logit_bound_sound"
+
+
+# ----------------------------------------------------------------------------- registry
+
+#: Origin recorded for the theorems of the export shipped with the package.
+BUILTIN_ORIGIN: Final = "witcert-calculus"
+
+_EXPORT_FILE: Final = "lean_export.json"
+_LOCK = threading.Lock()
+# Name -> record. Append-only: names are added by the shipped export and register_theorems.
+_REGISTRY: dict[str, TheoremRecord] = {}
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class TheoremRecord:
+    """One exported Lean theorem.
+
+    Attributes:
+        name: the fully qualified name, e.g. ``"WitCert.Contract.comp_sound"``.
+        module: the Lean module that declares it.
+        statement: the statement as Lean elaborated and printed it.
+        origin: where the name came from: :data:`BUILTIN_ORIGIN`, or the resolved path of
+            a registered export file.
+    """
+
+    name: str
+    module: str
+    statement: str
+    origin: str
+
+
+def _records(text: str, where: str, origin: str) -> list[TheoremRecord]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TheoremExportError(where, f"is not JSON ({exc})") from None
+    items = doc.get("theorems") if isinstance(doc, dict) else None
+    if not isinstance(items, list) or not items:
+        raise TheoremExportError(where, "must hold a non-empty list 'theorems' (the format "
+                                 "scripts/lean_driver.py writes)")
+    out: list[TheoremRecord] = []
+    for i, item in enumerate(items):
+        fields: dict[str, str] = {}
+        for key in ("name", "module", "statement"):
+            value = item.get(key) if isinstance(item, dict) else None
+            if not isinstance(value, str) or not value.strip():
+                raise TheoremExportError(where, f"theorems[{i}] has no {key} (a non-empty string)")
+            fields[key] = value
+        name = fields["name"]
+        if any(ch.isspace() for ch in name) or "." not in name:
+            raise TheoremExportError(where, f"theorems[{i}] has the name {name!r}, which is not "
+                                     "a qualified Lean name")
+        out.append(TheoremRecord(name, fields["module"], fields["statement"], origin))
+    return out
+
+
+def _add(records: list[TheoremRecord], where: str) -> None:
+    for r in records:
+        old = _REGISTRY.get(r.name)
+        if old is not None and (old.statement, old.module) != (r.statement, r.module):
+            raise TheoremExportError(where, f"{r.name} is already registered from {old.origin} "
+                                     "with another statement; a theorem name registers once")
+    for r in records:
+        _REGISTRY.setdefault(r.name, r)
+
+
+def _ensure_builtin() -> None:
+    if _REGISTRY:
+        return
+    with _LOCK:
+        if not _REGISTRY:
+            text = resources.files("witcert_calculus").joinpath(_EXPORT_FILE).read_text(
+                encoding="utf-8")
+            _add(_records(text, _EXPORT_FILE, BUILTIN_ORIGIN), _EXPORT_FILE)
+
+
+def lookup(name: str) -> TheoremRecord:
+    """The exported theorem of that name.
+
+    Raises:
+        UnknownTheoremError: if neither the shipped export nor a registered one holds it.
+
+    Example:
+        >>> lookup(COMP_SOUND).module
+        'WitCert.Contracts'
+    """
+    _ensure_builtin()
+    rec = _REGISTRY.get(name)
+    if rec is None:
+        raise UnknownTheoremError(name, len(_REGISTRY))
+    return rec
+
+
+def register_theorems(path: str | os.PathLike[str]) -> tuple[TheoremRecord, ...]:
+    """Register the theorems of a Lean export file, so that proofs may cite them.
+
+    The file is what ``scripts/lean_driver.py`` writes (``formal/build/theorems.json``): a
+    JSON object whose list ``theorems`` holds ``name``, ``module`` and ``statement`` for
+    each theorem. Registering is append-only: a name already registered (built-in or from
+    another file) with a different statement is refused; the same file twice is a no-op.
+
+    Args:
+        path: the export file; its resolved path is recorded as each name's origin.
+
+    Returns:
+        The records registered from this file (already registered identical ones included).
+
+    Raises:
+        TheoremExportError: if the file is missing, not JSON, malformed, or redefines a name.
+    """
+    where = Path(path).resolve()
+    try:
+        text = where.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TheoremExportError(str(where), f"cannot be read: missing or unreadable ({exc})") \
+            from None
+    records = _records(text, str(where), str(where))
+    _ensure_builtin()
+    with _LOCK:
+        _add(records, str(where))
+    return tuple(_REGISTRY[r.name] for r in records)
+
+
+def registered_theorems() -> Mapping[str, TheoremRecord]:
+    """A read-only view of every citable theorem: name -> record."""
+    _ensure_builtin()
+    return MappingProxyType(_REGISTRY)

@@ -37,6 +37,7 @@ from witcert_calculus.errors import InvalidValueError, PremiseError
 from witcert_calculus.theorems import (
     COMP_SOUND,
     LE_WEAKEST,
+    lookup,
     WEAKEST_ASSOC,
     WEAKEST_COMM,
     WEAKEST_IDEM,
@@ -123,7 +124,9 @@ class Proof:
         premises: the premises and their checked truth values.
 
     Raises:
-        InvalidValueError: if the theorem name is not a ``WitCert.`` name.
+        InvalidValueError: if the theorem name is not a qualified Lean name.
+        UnknownTheoremError: if no Lean export holds it (neither the one shipped with the
+            package nor one registered with :func:`~witcert_calculus.theorems.register_theorems`).
         PremiseError: if a premise does not hold (a bound is never issued on a
             false premise; nothing is silently demoted).
     """
@@ -132,8 +135,10 @@ class Proof:
     premises: tuple[Premise, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.theorem.startswith("WitCert.") or " " in self.theorem:
-            raise InvalidValueError("theorem", self.theorem, "must be a Lean name 'WitCert.*'")
+        if not isinstance(self.theorem, str) or not self.theorem or any(
+                ch.isspace() for ch in self.theorem):
+            raise InvalidValueError("theorem", self.theorem, "must be a qualified Lean name")
+        lookup(self.theorem)
         for p in self.premises:
             if not p.holds:
                 raise PremiseError(self.theorem, p.statement, False)
@@ -198,8 +203,7 @@ class Composition:
     def __post_init__(self) -> None:
         if not self.parts:
             raise InvalidValueError("parts", self.parts, "a composition needs at least one part")
-        if not self.theorem.startswith("WitCert."):
-            raise InvalidValueError("theorem", self.theorem, "must be a Lean name 'WitCert.*'")
+        lookup(self.theorem)
 
 
 Evidence: TypeAlias = Proof | Restricted | Measurement | Composition
