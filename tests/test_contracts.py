@@ -292,3 +292,16 @@ def test_explain_total_shows_what_the_composite_bounds() -> None:
     d = chain(score_bridge(AtConsume, scale=1.0, q_norm_max=2.0), softmax_tv_eform(AtConsume))
     line = d.explain().splitlines()[-1]
     assert "min(" in line and "0 * e_in + 1" in line and "(exp(2x) - 1) / 2" in line, line
+
+
+def test_chain_takes_up_to_eight_stages_and_says_how_to_go_further() -> None:
+    from witcert_calculus.contracts import CHAIN_MAX_STAGES
+    assert CHAIN_MAX_STAGES == 8
+    s = Contract(K, K, a=1, b=Fraction(1, 100), evidence=Proof("WitCert.Contract.id_sound"),
+                 name="s")
+    eight = chain(s, s, s, s, s, s, s, s)
+    assert eight.b == Fraction(8, 100)
+    with pytest.raises(InvalidValueError, match=r"stages=9.*up to 8 stages.*chain\(chain\(c1"):
+        chain(s, s, s, s, s, s, s, s, s)  # type: ignore[call-overload]
+    nested = chain(eight, s)
+    assert nested.b == Fraction(9, 100) and len(nested.stages) == 9

@@ -40,7 +40,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Generic, TypeVar, final, overload
+from typing import Any, Final, Generic, NoReturn, TypeVar, final, overload
+
+from typing_extensions import deprecated
 
 from witcert_calculus.errors import (
     InvalidValueError,
@@ -536,43 +538,99 @@ def identity(metric: type[M]) -> Contract[M, M]:
     return out
 
 
-A_ = TypeVar("A_", bound=Metric[Any])
-B_ = TypeVar("B_", bound=Metric[Any])
-C_ = TypeVar("C_", bound=Metric[Any])
-D_ = TypeVar("D_", bound=Metric[Any])
-E_ = TypeVar("E_", bound=Metric[Any])
-F_ = TypeVar("F_", bound=Metric[Any])
-G_ = TypeVar("G_", bound=Metric[Any])
+# The type parameters are named after the junction they stand for, so that a checker that
+# cannot solve one names the two stages that do not meet in one metric.
+Stage1In = TypeVar("Stage1In", bound=Metric[Any])
+Stage1Out_Stage2In = TypeVar("Stage1Out_Stage2In", bound=Metric[Any])
+Stage2Out_Stage3In = TypeVar("Stage2Out_Stage3In", bound=Metric[Any])
+Stage3Out_Stage4In = TypeVar("Stage3Out_Stage4In", bound=Metric[Any])
+Stage4Out_Stage5In = TypeVar("Stage4Out_Stage5In", bound=Metric[Any])
+Stage5Out_Stage6In = TypeVar("Stage5Out_Stage6In", bound=Metric[Any])
+Stage6Out_Stage7In = TypeVar("Stage6Out_Stage7In", bound=Metric[Any])
+Stage7Out_Stage8In = TypeVar("Stage7Out_Stage8In", bound=Metric[Any])
+Stage8Out = TypeVar("Stage8Out", bound=Metric[Any])
 
+#: The most stages one type-checked call of :func:`chain` takes; nest calls for more.
+CHAIN_MAX_STAGES: Final = 8
 
 @overload
-def chain(c1: Contract[A_, B_], c2: Contract[B_, C_], /) -> Contract[A_, C_]: ...
+def chain(c1: Contract[Stage1In, Stage1Out_Stage2In],
+          c2: Contract[Stage1Out_Stage2In, Stage2Out_Stage3In], /
+          ) -> Contract[Stage1In, Stage2Out_Stage3In]: ...
 @overload
-def chain(c1: Contract[A_, B_], c2: Contract[B_, C_], c3: Contract[C_, D_], /
-          ) -> Contract[A_, D_]: ...
+def chain(c1: Contract[Stage1In, Stage1Out_Stage2In],
+          c2: Contract[Stage1Out_Stage2In, Stage2Out_Stage3In],
+          c3: Contract[Stage2Out_Stage3In, Stage3Out_Stage4In], /
+          ) -> Contract[Stage1In, Stage3Out_Stage4In]: ...
 @overload
-def chain(c1: Contract[A_, B_], c2: Contract[B_, C_], c3: Contract[C_, D_],
-          c4: Contract[D_, E_], /) -> Contract[A_, E_]: ...
+def chain(c1: Contract[Stage1In, Stage1Out_Stage2In],
+          c2: Contract[Stage1Out_Stage2In, Stage2Out_Stage3In],
+          c3: Contract[Stage2Out_Stage3In, Stage3Out_Stage4In],
+          c4: Contract[Stage3Out_Stage4In, Stage4Out_Stage5In], /
+          ) -> Contract[Stage1In, Stage4Out_Stage5In]: ...
 @overload
-def chain(c1: Contract[A_, B_], c2: Contract[B_, C_], c3: Contract[C_, D_],
-          c4: Contract[D_, E_], c5: Contract[E_, F_], /) -> Contract[A_, F_]: ...
+def chain(c1: Contract[Stage1In, Stage1Out_Stage2In],
+          c2: Contract[Stage1Out_Stage2In, Stage2Out_Stage3In],
+          c3: Contract[Stage2Out_Stage3In, Stage3Out_Stage4In],
+          c4: Contract[Stage3Out_Stage4In, Stage4Out_Stage5In],
+          c5: Contract[Stage4Out_Stage5In, Stage5Out_Stage6In], /
+          ) -> Contract[Stage1In, Stage5Out_Stage6In]: ...
 @overload
-def chain(c1: Contract[A_, B_], c2: Contract[B_, C_], c3: Contract[C_, D_],
-          c4: Contract[D_, E_], c5: Contract[E_, F_], c6: Contract[F_, G_], /
-          ) -> Contract[A_, G_]: ...
+def chain(c1: Contract[Stage1In, Stage1Out_Stage2In],
+          c2: Contract[Stage1Out_Stage2In, Stage2Out_Stage3In],
+          c3: Contract[Stage2Out_Stage3In, Stage3Out_Stage4In],
+          c4: Contract[Stage3Out_Stage4In, Stage4Out_Stage5In],
+          c5: Contract[Stage4Out_Stage5In, Stage5Out_Stage6In],
+          c6: Contract[Stage5Out_Stage6In, Stage6Out_Stage7In], /
+          ) -> Contract[Stage1In, Stage6Out_Stage7In]: ...
+@overload
+def chain(c1: Contract[Stage1In, Stage1Out_Stage2In],
+          c2: Contract[Stage1Out_Stage2In, Stage2Out_Stage3In],
+          c3: Contract[Stage2Out_Stage3In, Stage3Out_Stage4In],
+          c4: Contract[Stage3Out_Stage4In, Stage4Out_Stage5In],
+          c5: Contract[Stage4Out_Stage5In, Stage5Out_Stage6In],
+          c6: Contract[Stage5Out_Stage6In, Stage6Out_Stage7In],
+          c7: Contract[Stage6Out_Stage7In, Stage7Out_Stage8In], /
+          ) -> Contract[Stage1In, Stage7Out_Stage8In]: ...
+@overload
+def chain(c1: Contract[Stage1In, Stage1Out_Stage2In],
+          c2: Contract[Stage1Out_Stage2In, Stage2Out_Stage3In],
+          c3: Contract[Stage2Out_Stage3In, Stage3Out_Stage4In],
+          c4: Contract[Stage3Out_Stage4In, Stage4Out_Stage5In],
+          c5: Contract[Stage4Out_Stage5In, Stage5Out_Stage6In],
+          c6: Contract[Stage5Out_Stage6In, Stage6Out_Stage7In],
+          c7: Contract[Stage6Out_Stage7In, Stage7Out_Stage8In],
+          c8: Contract[Stage7Out_Stage8In, Stage8Out], /) -> Contract[Stage1In, Stage8Out]: ...
+@overload
+@deprecated("chain() type-checks up to 8 stages; nest the calls for more: "
+            "chain(chain(c1, ..., c8), c9, ...)")
+def chain(c1: Contract[Any, Any], c2: Contract[Any, Any], c3: Contract[Any, Any],
+          c4: Contract[Any, Any], c5: Contract[Any, Any], c6: Contract[Any, Any],
+          c7: Contract[Any, Any], c8: Contract[Any, Any], c9: Contract[Any, Any], /,
+          *more: Contract[Any, Any]) -> NoReturn: ...
 
 
 def chain(*stages: Contract[Any, Any]) -> Contract[Any, Any]:
     """Compose stages in pipeline order: ``chain(c1, c2, c3) == c1 >> c2 >> c3``.
 
-    Overloaded for 2 to 6 stages so that the checkers verify each junction
-    (a list-based pipeline would join invariant generics to ``object``).
+    Overloaded for 2 to :data:`CHAIN_MAX_STAGES` (8) stages so that the checkers verify
+    each junction (a list-based pipeline would join invariant generics to ``object``).
+    Longer pipelines nest: ``chain(chain(c1, ..., c8), c9, ...)`` is checked junction by
+    junction too. A longer call is refused: pyright reports the deprecation message with
+    that advice; mypy reports it with ``enable_error_code = deprecated`` (and otherwise an
+    error on the unusable result); at run time it raises.
 
     Raises:
         MetricMismatchError: naming the first junction whose metrics differ.
+        InvalidValueError: on fewer than 2 or more than 8 stages.
     """
     if len(stages) < 2:
         raise InvalidValueError("stages", len(stages), "chain needs at least two stages")
+    if len(stages) > CHAIN_MAX_STAGES:
+        raise InvalidValueError(
+            "stages", len(stages),
+            f"chain() type-checks up to {CHAIN_MAX_STAGES} stages; nest the calls for more: "
+            "chain(chain(c1, ..., c8), c9, ...)")
     out = stages[0]
     for s in stages[1:]:
         out = _compose(out, s)

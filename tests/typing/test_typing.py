@@ -4,7 +4,8 @@ Each ``ill_*.py`` snippet marks the lines that must be rejected with
 ``# expect-mypy: <message part>`` and ``# expect-pyright: <message part>``; every
 error must be expected and every expectation met, for both checkers. ``good_*.py``
 snippets must type-check cleanly, with ``assert_type`` pinning inferred types.
-mypy runs ``--strict`` plus ``disallow_any_expr`` for the snippets (user code), so
+mypy runs ``--strict`` plus ``disallow_any_expr`` and the ``deprecated`` error code for the
+snippets (user code), so
 a stage whose metric degraded to ``Any`` (a metric class used without its site)
 is an error; pyright's strict mode rejects it through the site's default ``Never``.
 """
@@ -44,7 +45,7 @@ def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int
         "namespace_packages = True\n"
         "explicit_package_bases = True\n\n"
         "[mypy-mpmath.*,sympy.*]\nignore_missing_imports = True\n\n"
-        "[mypy-snippets.*]\ndisallow_any_expr = True\n")
+        "[mypy-snippets.*]\ndisallow_any_expr = True\nenable_error_code = deprecated\n")
     files = [str(p.relative_to(SNIPPETS.parent)) for p in sorted(SNIPPETS.glob("*.py"))]
     proc = subprocess.run([str(BIN / "mypy"), "--config-file", str(cfg), "--no-incremental",
                            "--show-error-codes", "--no-pretty", *files], cwd=SNIPPETS.parent,

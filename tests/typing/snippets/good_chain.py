@@ -21,3 +21,8 @@ d = storage >> score >> softmax_tv_eform(AtConsume) >> select
 assert_type(d, Contract[KeyResidualAbs[AtConsume], AttentionTV[AtConsume]])
 e = select @ softmax_tv_eform(AtConsume) @ score @ storage
 assert_type(e, Contract[KeyResidualAbs[AtConsume], AttentionTV[AtConsume]])
+long = chain(storage, storage, storage, score, softmax_tv_eform(AtConsume), select, select, select)
+assert_type(long, Contract[KeyResidualAbs[AtConsume], AttentionTV[AtConsume]])
+nested = chain(chain(storage, storage, storage, storage, storage, storage, storage, storage),
+               score, softmax_tv_eform(AtConsume), select)
+assert_type(nested, Contract[KeyResidualAbs[AtConsume], AttentionTV[AtConsume]])
