@@ -32,9 +32,9 @@ from typing import Any
 
 from witcert_calculus import metrics as M
 from witcert_calculus.bridges import pooling, rank_prefix_selection
+from witcert_calculus.budget import telescoping_delta, telescoping_spent
 from witcert_calculus.contracts import Contract
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.ledger import telescoping_delta, telescoping_spent
 from witcert_calculus.tiers import Measurement, Proof, Restricted, Tier, decide_tier, weakest
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -44,12 +44,12 @@ import mpmath as mp
 import numpy as np
 from numpy.typing import NDArray
 
-from witcert_calculus import meters
-from witcert_calculus.dither import DitherKey, dither_dequantize, dither_quantize, \
+from witcert_calculus import dispersion
+from witcert_calculus.dither import DitheredKeys, DitherKey, dither_dequantize, dither_quantize, \
     dither_variance_proxy, subgaussian_radius
-from witcert_calculus.meters import RopeLayout, band_witness, logit_bound, tv_bounds_batch
 from witcert_calculus.sentinels import rate_upper_bound, sentinel_rounds
-from witcert_calculus.witness import band_channels
+from witcert_calculus.tv_forms import tv_bounds_batch
+from witcert_calculus.witness import RopeLayout, band_channels, band_witness, logit_bound
 
 F64 = NDArray[np.float64]
 TVBoundFn = Callable[[F64, F64], F64]
@@ -92,7 +92,7 @@ TV_BOUNDS: Final[Mapping[str, TVBoundFn]] = _tv_forms()
 
 def dispersion_unsound(p: F64, c: F64) -> F64:
     """The unsound dispersion shape, batched; for showing that the soak catches it."""
-    return meters._dispersion_raw(p, c)  # pyright: ignore[reportPrivateUsage]
+    return dispersion._dispersion_raw(p, c)  # pyright: ignore[reportPrivateUsage]
 
 
 # ----------------------------------------------------------------------------- generators
@@ -368,12 +368,12 @@ def soak_tier_b(trials: int, rng: np.random.Generator, *, delta_loc: float = 1e-
     return [SoakResult("tier_b.eform_on_event", trials, rechecked, violations, worst, note)]
 
 
-def _slice(stored: meters.DitheredKeys, start: int, stop: int) -> meters.DitheredKeys:
-    return meters.DitheredKeys(payload=stored.payload[start:stop], scales=stored.scales[start:stop],
-                               outlier_pairs=stored.outlier_pairs,
-                               outlier_values=stored.outlier_values[start:stop],
-                               tokens=stored.tokens[start:stop], key=stored.key,
-                               block_size=stored.block_size, layout=stored.layout)
+def _slice(stored: DitheredKeys, start: int, stop: int) -> DitheredKeys:
+    return DitheredKeys(payload=stored.payload[start:stop], scales=stored.scales[start:stop],
+                        outlier_pairs=stored.outlier_pairs,
+                        outlier_values=stored.outlier_values[start:stop],
+                        tokens=stored.tokens[start:stop], key=stored.key,
+                        block_size=stored.block_size, layout=stored.layout)
 
 
 def soak_sentinel(trials: int, rng: np.random.Generator) -> list[SoakResult]:

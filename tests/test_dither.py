@@ -29,7 +29,8 @@ from witcert_calculus.dither import (
     tier_b_certificate,
 )
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.meters import RopeLayout, tv_eform
+from witcert_calculus.tv_forms import tv_eform
+from witcert_calculus.witness import RopeLayout
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Composition, Restricted, Tier, theorems_of
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import re
@@ -335,3 +336,15 @@ def test_formal_readme_lists_every_theorem(exported: dict[str, str]) -> None:
     readme = (FORMAL / "README.md").read_text(encoding="utf-8")
     missing = [n for n in exported if f"`{n}`" not in readme]
     assert not missing, f"formal/README.md does not list: {missing}"
+
+
+def test_formal_readme_module_table_is_current() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "render_formal_readme", ROOT / "scripts" / "render_formal_readme.py")
+    assert spec and spec.loader
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    text = (FORMAL / "README.md").read_text(encoding="utf-8")
+    assert render.table() in text, (
+        "formal/README.md's module table is stale: run python scripts/render_formal_readme.py")
+    assert "`witcert_calculus.bridges`" in render.table()

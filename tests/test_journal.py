@@ -16,7 +16,9 @@ import pytest
 
 from witcert_calculus.contracts import Reading, Regime
 from witcert_calculus.errors import JournalError
-from witcert_calculus.ledger import EmpiricalPolicy, RiskLedger, telescoping_spent
+from witcert_calculus.budget import telescoping_spent
+from witcert_calculus.ledger import RiskLedger
+from witcert_calculus.records import EmpiricalPolicy
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Measurement, Proof, Restricted
 

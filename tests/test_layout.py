@@ -220,3 +220,15 @@ def test_a_module_implements_or_reexports_never_both() -> None:
         if again:
             bad[mod] = again
     assert not bad, f"modules that re-export names implemented elsewhere: {bad}"
+
+
+def test_the_readme_layout_names_every_library_module() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = text.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
+    missing = [p.name for p in sorted((ROOT / "witcert_calculus").glob("*.py"))
+               if p.name != "__init__.py" and f"`witcert_calculus/{p.name}`" not in layout]
+    assert not missing, f"README.md's layout table does not name: {missing}"
+    for folder in ("kernels/witcert_kernels", "adapters/witcert_adapters"):
+        names = [p.name for p in sorted((ROOT / folder).glob("*.py")) if p.name != "__init__.py"]
+        row = next(ln for ln in layout.splitlines() if ln.startswith(f"| `{folder}`"))
+        assert all(f"`{n}`" in row for n in names), (folder, names, row)

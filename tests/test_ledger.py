@@ -20,20 +20,17 @@ from witcert_calculus.errors import (
     ReusedRequestIdError,
     UnknownRequestError,
 )
-from witcert_calculus.ledger import (
-    SPEND_THEOREMS,
+from witcert_calculus.budget import SPEND_THEOREMS, telescoping_delta, telescoping_spent
+from witcert_calculus.entries import (
+    ENTRY_THEOREM,
     Aggregate,
-    Decision,
-    EmpiricalPolicy,
-    EventKind,
-    RiskLedger,
     certify_entries,
     certify_step,
-    telescoping_delta,
-    telescoping_spent,
+    sum_upper,
     tradeoff_curve,
 )
-from witcert_calculus.entries import ENTRY_THEOREM, sum_upper
+from witcert_calculus.ledger import RiskLedger
+from witcert_calculus.records import Decision, EmpiricalPolicy, EventKind
 from witcert_calculus.metrics import AtConsume, AttentionTV, LogitLinf
 from witcert_calculus.tiers import Measurement, Proof, Restricted, Tier
 

@@ -16,7 +16,8 @@ import pytest
 
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import StaleReadError, UnwrittenSlotError
-from witcert_calculus.ledger import RiskLedger, telescoping_delta, telescoping_spent
+from witcert_calculus.budget import telescoping_delta, telescoping_spent
+from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Proof
 

@@ -1,4 +1,4 @@
-"""Tests of witcert_calculus.meters: the Tier-A TV forms, output bound, page-in, readings.
+"""Tests of the meters: the Tier-A TV forms, output bound, page-in, readings, theorem map.
 
 Soundness is checked per query against the true TV (exact softmax of exact vs
 perturbed logits, at 50 digits), never in aggregate.
@@ -17,17 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import exact, golden, second
 
+import witcert_calculus
 from witcert_calculus import meters
 from witcert_calculus.bridges import rank_prefix_selection
 from witcert_calculus.contracts import Reading, chain
+from witcert_calculus.dispersion import DISPERSION_COUNTEREXAMPLE, dispersion_bound_unsound
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.meters import (
-    DISPERSION_COUNTEREXAMPLE,
-    block_summary,
-    dispersion_bound_unsound,
-    output_error_bound,
-    output_error_contract,
-    page_in_order,
+from witcert_calculus.output_bound import output_error_bound, output_error_contract
+from witcert_calculus.page_in import block_summary, page_in_order
+from witcert_calculus.tv_forms import (
     tv_bounds_batch,
     tv_eform,
     tv_meter,
@@ -84,7 +82,7 @@ def queries(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def test_public_names_exist() -> None:
     for name in PUBLIC_NAMES:
-        assert callable(getattr(meters, name)), name
+        assert callable(getattr(witcert_calculus, name)), name
     assert list(meters.__all__) == sorted(meters.__all__)
     for name in meters.__all__:
         assert hasattr(meters, name), name
@@ -103,7 +101,7 @@ AGREED_LEAN_NAMES = {
 
 def test_every_public_meter_names_an_agreed_lean_theorem() -> None:
     for name, theorems in meters.THEOREMS.items():
-        assert callable(getattr(meters, name)), name
+        assert callable(getattr(witcert_calculus, name)), name
         assert theorems and set(theorems) <= AGREED_LEAN_NAMES, name
     assert set(PUBLIC_NAMES) - {"band_witness", "dither_quantize", "dither_dequantize",
                                 "delta_local"} <= set(meters.THEOREMS)

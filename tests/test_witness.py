@@ -14,7 +14,7 @@ import sympy
 from reference import exact, golden, second
 
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.meters import (
+from witcert_calculus.witness import (
     RopeLayout,
     band_channels,
     band_norms,
@@ -23,7 +23,8 @@ from witcert_calculus.meters import (
     logit_bound,
 )
 from witcert_calculus.bridges import softmax_tv_eform
-from witcert_calculus.meters import logit_linf_reading, tv_meter
+from witcert_calculus.tv_forms import tv_meter
+from witcert_calculus.witness import logit_linf_reading
 from witcert_calculus.metrics import AtConsume, AttentionTV, LogitLinf
 from witcert_calculus.tiers import Tier
 from witcert_calculus.witness import LOGIT_BOUND_THEOREM, _pair_channels

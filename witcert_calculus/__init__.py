@@ -14,8 +14,10 @@ Main declarations (see each module for more):
 - bridges: :func:`score_bridge`, :func:`softmax_tv_eform`, :func:`rank_prefix_selection`, ...
 - errors: :class:`WitcertError` and its tree
 
-- ledger: :class:`RiskLedger`, :func:`telescoping_delta`, :class:`SlotTable`, :class:`EProcess`
-- meters: :func:`band_witness`, :func:`logit_bound`, :func:`tv_meter`, :func:`tv_eform`, ...
+- ledger: :class:`RiskLedger`, with :class:`Probability` and :func:`telescoping_delta` (budget),
+  :class:`Verdict` (records), :class:`SlotTable` (slots), :class:`EProcess` (eprocess)
+- meters (:mod:`witcert_calculus.meters` says which module holds each):
+  :func:`band_witness`, :func:`logit_bound`, :func:`tv_meter`, :func:`tv_eform`, ...
 
 Heavy modules (bridges, ledger and meters, which need numpy) load on first use, so that
 ``import witcert_calculus`` stays fast.
@@ -49,7 +51,9 @@ from witcert_calculus.errors import (
     RegimeMismatchError,
     ReusedRequestIdError,
     StaleReadError,
+    TheoremExportError,
     UnknownRequestError,
+    UnknownTheoremError,
     UnregisteredMetricError,
     UnwrittenSlotError,
     WitcertError,
@@ -108,6 +112,12 @@ if TYPE_CHECKING:
         StableRows,
         witness_contract,
     )
+    from witcert_calculus.budget import (
+        Probability,
+        ProbabilityLike,
+        telescoping_delta,
+        telescoping_spent,
+    )
     from witcert_calculus.dither import (
         byte_account,
         ByteAccount,
@@ -122,6 +132,11 @@ if TYPE_CHECKING:
         select_outlier_pairs,
         subgaussian_radius,
         tier_b_certificate,
+        tier_b_logit_bound,
+    )
+    from witcert_calculus.dispersion import (
+        dispersion_bound_unsound,
+        DispersionCounterexample,
     )
     from witcert_calculus.entries import (
         Aggregate,
@@ -135,26 +150,18 @@ if TYPE_CHECKING:
         EProcessState,
     )
     from witcert_calculus.ledger import (
-        Admission,
-        Decision,
-        EmpiricalPolicy,
-        EntryAdmission,
-        EventCounts,
-        EventKind,
-        LedgerStats,
         RiskLedger,
-        telescoping_delta,
-        telescoping_spent,
-        Verdict,
     )
-    from witcert_calculus.meters import (
-        block_summary,
-        dispersion_bound_unsound,
-        DispersionCounterexample,
+    from witcert_calculus.output_bound import (
         output_error_bound,
         output_error_contract,
+    )
+    from witcert_calculus.page_in import (
+        block_summary,
         page_in_order,
         PageInPlan,
+    )
+    from witcert_calculus.tv_forms import (
         tv_bounds_batch,
         tv_eform,
         tv_meter,
@@ -163,6 +170,16 @@ if TYPE_CHECKING:
         tv_two_sided,
         TVBatch,
         TVBound,
+    )
+    from witcert_calculus.records import (
+        Admission,
+        Decision,
+        EmpiricalPolicy,
+        EntryAdmission,
+        EventCounts,
+        EventKind,
+        LedgerStats,
+        Verdict,
     )
     from witcert_calculus.sentinels import (
         rate_upper_bound,
@@ -187,23 +204,25 @@ if TYPE_CHECKING:
 
 #: Where each lazily loaded public name is implemented (loaded on first use, PEP 562).
 _LAZY: dict[str, str] = {
-    "Admission": "witcert_calculus.ledger",
+    "Admission": "witcert_calculus.records",
     "Aggregate": "witcert_calculus.entries",
     "ByteAccount": "witcert_calculus.dither",
-    "Decision": "witcert_calculus.ledger",
-    "DispersionCounterexample": "witcert_calculus.meters",
+    "Decision": "witcert_calculus.records",
+    "DispersionCounterexample": "witcert_calculus.dispersion",
     "DitherKey": "witcert_calculus.dither",
     "DitheredKeys": "witcert_calculus.dither",
     "EProcess": "witcert_calculus.eprocess",
     "EProcessState": "witcert_calculus.eprocess",
-    "EmpiricalPolicy": "witcert_calculus.ledger",
-    "EntryAdmission": "witcert_calculus.ledger",
+    "EmpiricalPolicy": "witcert_calculus.records",
+    "EntryAdmission": "witcert_calculus.records",
     "EntryCertification": "witcert_calculus.entries",
-    "EventCounts": "witcert_calculus.ledger",
-    "EventKind": "witcert_calculus.ledger",
-    "LedgerStats": "witcert_calculus.ledger",
-    "PageInPlan": "witcert_calculus.meters",
+    "EventCounts": "witcert_calculus.records",
+    "EventKind": "witcert_calculus.records",
+    "LedgerStats": "witcert_calculus.records",
+    "PageInPlan": "witcert_calculus.page_in",
     "Pooling": "witcert_calculus.bridges",
+    "Probability": "witcert_calculus.budget",
+    "ProbabilityLike": "witcert_calculus.budget",
     "ReadGrant": "witcert_calculus.slots",
     "Recurrence": "witcert_calculus.bridges",
     "RiskLedger": "witcert_calculus.ledger",
@@ -213,19 +232,19 @@ _LAZY: dict[str, str] = {
     "SlotState": "witcert_calculus.slots",
     "SlotTable": "witcert_calculus.slots",
     "StableRows": "witcert_calculus.bridges",
-    "TVBatch": "witcert_calculus.meters",
-    "TVBound": "witcert_calculus.meters",
-    "Verdict": "witcert_calculus.ledger",
+    "TVBatch": "witcert_calculus.tv_forms",
+    "TVBound": "witcert_calculus.tv_forms",
+    "Verdict": "witcert_calculus.records",
     "band_channels": "witcert_calculus.witness",
     "band_norms": "witcert_calculus.witness",
     "band_pairs": "witcert_calculus.witness",
     "band_witness": "witcert_calculus.witness",
-    "block_summary": "witcert_calculus.meters",
+    "block_summary": "witcert_calculus.page_in",
     "byte_account": "witcert_calculus.dither",
     "certify_entries": "witcert_calculus.entries",
     "certify_step": "witcert_calculus.entries",
     "delta_local": "witcert_calculus.dither",
-    "dispersion_bound_unsound": "witcert_calculus.meters",
+    "dispersion_bound_unsound": "witcert_calculus.dispersion",
     "dither_dequantize": "witcert_calculus.dither",
     "dither_mean_offset": "witcert_calculus.dither",
     "dither_noise": "witcert_calculus.dither",
@@ -234,9 +253,9 @@ _LAZY: dict[str, str] = {
     "empirical_ratio_bridge": "witcert_calculus.bridges",
     "logit_bound": "witcert_calculus.witness",
     "logit_linf_reading": "witcert_calculus.witness",
-    "output_error_bound": "witcert_calculus.meters",
-    "output_error_contract": "witcert_calculus.meters",
-    "page_in_order": "witcert_calculus.meters",
+    "output_error_bound": "witcert_calculus.output_bound",
+    "output_error_contract": "witcert_calculus.output_bound",
+    "page_in_order": "witcert_calculus.page_in",
     "pooling": "witcert_calculus.bridges",
     "rank_prefix_selection": "witcert_calculus.bridges",
     "rank_prefix_stable": "witcert_calculus.bridges",
@@ -251,16 +270,17 @@ _LAZY: dict[str, str] = {
     "softmax_tv_tanh": "witcert_calculus.bridges",
     "softmax_tv_tanh_osc": "witcert_calculus.bridges",
     "subgaussian_radius": "witcert_calculus.dither",
-    "telescoping_delta": "witcert_calculus.ledger",
-    "telescoping_spent": "witcert_calculus.ledger",
+    "telescoping_delta": "witcert_calculus.budget",
+    "telescoping_spent": "witcert_calculus.budget",
     "tier_b_certificate": "witcert_calculus.dither",
+    "tier_b_logit_bound": "witcert_calculus.dither",
     "tradeoff_curve": "witcert_calculus.entries",
-    "tv_bounds_batch": "witcert_calculus.meters",
-    "tv_eform": "witcert_calculus.meters",
-    "tv_meter": "witcert_calculus.meters",
-    "tv_retention": "witcert_calculus.meters",
-    "tv_tanh_max": "witcert_calculus.meters",
-    "tv_two_sided": "witcert_calculus.meters",
+    "tv_bounds_batch": "witcert_calculus.tv_forms",
+    "tv_eform": "witcert_calculus.tv_forms",
+    "tv_meter": "witcert_calculus.tv_forms",
+    "tv_retention": "witcert_calculus.tv_forms",
+    "tv_tanh_max": "witcert_calculus.tv_forms",
+    "tv_two_sided": "witcert_calculus.tv_forms",
     "witness_contract": "witcert_calculus.bridges",
 }
 
@@ -325,6 +345,8 @@ __all__ = [
     "Pooling",
     "Premise",
     "PremiseError",
+    "Probability",
+    "ProbabilityLike",
     "Proof",
     "ReadGrant",
     "Reading",
@@ -346,10 +368,12 @@ __all__ = [
     "StaleReadError",
     "TVBatch",
     "TVBound",
+    "TheoremExportError",
     "Tier",
     "Transfer",
     "TransferKind",
     "UnknownRequestError",
+    "UnknownTheoremError",
     "UnregisteredMetricError",
     "UnwrittenSlotError",
     "ValueResidual",
@@ -400,6 +424,7 @@ __all__ = [
     "telescoping_delta",
     "telescoping_spent",
     "tier_b_certificate",
+    "tier_b_logit_bound",
     "tradeoff_curve",
     "tv_bounds_batch",
     "tv_eform",

@@ -24,7 +24,10 @@ sqrt(2 varsigma_t^2 log(2S/delta_loc))`` except with probability ``delta_loc``
 (Chernoff per token, ``WitCert.Dither.dither_logit_tail``; union bound over tokens,
 ``WitCert.Dither.signAvg_union_le``),
 where ``delta_loc = delta_req / (L H T)`` splits a request's budget over layers,
-heads and decode steps. Then ``A = sum p_tilde e^{u_t}`` and the e-form applies.
+heads and decode steps. The offset's grid adds a deterministic mean term of at most
+``scale sum_c |q_c| s_c 2^-25`` (:data:`GRID_MEAN`). Then ``A = sum p_tilde e^{u_t}`` and the
+e-form of :mod:`witcert_calculus.tv_forms` applies. Every term is rounded outward by the
+rule of :mod:`witcert_calculus.rounding`.
 The certificate holds for *non-adaptive* queries (chosen independently of the
 dither stream); the deterministic Tier-A meter is the adaptive-safe one. Both
 facts and ``delta_loc`` are part of the reading's evidence.
@@ -36,34 +39,44 @@ Main declarations:
 - :func:`select_outlier_pairs`, :func:`dither_quantize`, :func:`dither_dequantize`,
   :class:`DitheredKeys`.
 - :class:`ByteAccount`, :func:`byte_account`: bytes per token per head vs fp16.
-- :func:`dither_variance_proxy`, :func:`subgaussian_radius`, :func:`delta_local`,
-  :func:`tier_b_certificate`.
+- :func:`dither_variance_proxy`, :func:`dither_mean_offset`, :func:`subgaussian_radius`,
+  :func:`tier_b_logit_bound`, :func:`delta_local`, :func:`tier_b_certificate`.
+- constants shared with the torch port (``witcert_kernels.dither``): :data:`QMAX`,
+  :data:`GRID_BITS`, :data:`GRID_STEP`, :data:`GRID_MEAN`, :data:`PHILOX_MULTIPLIERS`,
+  :data:`PHILOX_WEYL`; :data:`NON_ADAPTIVE`, the certificate's restriction.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Final, final
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from witcert_calculus.validation import F64, distribution, finite_array, nonneg_array, \
-    positive_int, real
+from witcert_calculus.budget import Probability
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV
+from witcert_calculus.rounding import grid_mean_margin, outward, radius_margin, variance_margin
 from witcert_calculus.theorems import DITHER_LOGIT_TAIL, SIGNAVG_UNION_LE, TV_EFORM_SOUND
 from witcert_calculus.tiers import Composition, Premise, Proof, Restricted
+from witcert_calculus.tv_forms import tv_eform
+from witcert_calculus.validation import F64, distribution, finite_array, nonneg_array, \
+    positive_int, real, uint
 from witcert_calculus.witness import RopeLayout, _pair_channels  # pyright: ignore[reportPrivateUsage]
 
 __all__ = [
     "ByteAccount",
     "DitherKey",
     "DitheredKeys",
+    "GRID_BITS",
     "GRID_MEAN",
+    "GRID_STEP",
+    "NON_ADAPTIVE",
+    "PHILOX_MULTIPLIERS",
+    "PHILOX_WEYL",
     "QMAX",
     "byte_account",
     "delta_local",
@@ -76,21 +89,39 @@ __all__ = [
     "select_outlier_pairs",
     "subgaussian_radius",
     "tier_b_certificate",
+    "tier_b_logit_bound",
 ]
 
+#: Largest code magnitude: int8 codes lie in ``[-QMAX, QMAX]``.
 QMAX: Final = 127
-"""Per-token tail: ``P(|eps_t - mean| >= r) <= 2 exp(-r^2 / (2 varsigma_t^2))`` for the
-dither grid, with ``varsigma_t^2`` from :func:`dither_variance_proxy`."""
-"""The union bound that splits ``delta_loc`` over the ``S`` tokens."""
+
+#: Bits of the dither offset: ``xi = (w >> (32 - GRID_BITS)) * GRID_STEP - 1/2``.
+GRID_BITS: Final = 24
+
+#: Spacing ``2^-24`` of the grid the dither offset is drawn from.
+GRID_STEP: Final = 2.0**-GRID_BITS
+
+#: Largest mean of the rounding residual ``round(y + xi) - (y + xi)`` for ``xi`` on the
+#: ``2^-24`` grid of :func:`dither_noise` (half a grid step); the centred residual is a
+#: symmetric discrete uniform, whose moment generating function is below the continuous one.
+GRID_MEAN: Final = GRID_STEP / 2
+
+#: The subset of queries on which the Tier-B certificate holds.
 NON_ADAPTIVE: Final = ("non-adaptive queries: q chosen independently of the dither stream "
                        "(adaptive queries need the deterministic Tier-A meter), with the "
                        "Philox-4x32-10 stream taken as uniform random bits")
 
+#: Philox-4x32 round multipliers (Random123).
+PHILOX_MULTIPLIERS: Final = (0xD2511F53, 0xCD9E8D57)
+
+#: Philox-4x32 key schedule increments (Weyl sequence, Random123).
+PHILOX_WEYL: Final = (0x9E3779B9, 0xBB67AE85)
+
 U32 = NDArray[np.uint32]
-_M0: Final = np.uint64(0xD2511F53)
-_M1: Final = np.uint64(0xCD9E8D57)
-_W0: Final = np.uint32(0x9E3779B9)
-_W1: Final = np.uint32(0xBB67AE85)
+_M0: Final = np.uint64(PHILOX_MULTIPLIERS[0])
+_M1: Final = np.uint64(PHILOX_MULTIPLIERS[1])
+_W0: Final = np.uint32(PHILOX_WEYL[0])
+_W1: Final = np.uint32(PHILOX_WEYL[1])
 _MASK: Final = np.uint64(0xFFFFFFFF)
 
 
@@ -149,9 +180,7 @@ class DitherKey:
     def __post_init__(self) -> None:
         for name, value, bits in (("request", self.request, 64), ("layer", self.layer, 32),
                                   ("kv_head", self.kv_head, 32)):
-            v = positive_int(name, value, minimum=0)
-            if v >= 2**bits:
-                raise InvalidValueError(name, value, f"must be < 2^{bits}")
+            uint(name, value, bits=bits)
 
 
 def dither_noise(key: DitherKey, tokens: ArrayLike, *, head_dim: int) -> F64:
@@ -183,7 +212,7 @@ def dither_noise(key: DitherKey, tokens: ArrayLike, *, head_dim: int) -> F64:
     tk = t.astype(np.uint64)[:, None]
     w0, _, _, _ = philox4x32((ch, tk, key.kv_head, key.layer),
                              (key.request & 0xFFFFFFFF, key.request >> 32))
-    out: F64 = (w0 >> np.uint32(8)).astype(np.float64) * 2.0**-24 - 0.5
+    out: F64 = (w0 >> np.uint32(32 - GRID_BITS)).astype(np.float64) * GRID_STEP - 0.5
     return out
 
 
@@ -416,6 +445,20 @@ def byte_account(head_dim: int, *, block_size: int, outlier_pairs: int, tokens: 
 def dither_variance_proxy(query: ArrayLike, stored: DitheredKeys, *, scale: float) -> F64:
     """Sub-Gaussian variance proxy of each token's logit error, ``scale^2 sum_c q_c^2 s^2/12``.
 
+    Lean: ``WitCert.Dither.grid_mgf_le`` (the grid offset's proxy is the continuous one).
+
+    Args:
+        query: the query of this head, shape ``(d,)``.
+        stored: the head's dithered keys (outlier channels are exact and do not count).
+        scale: the attention scale (> 0).
+
+    Returns:
+        ``varsigma_t^2`` per stored token, rounded outward
+        (:func:`witcert_calculus.rounding.variance_margin`).
+
+    Raises:
+        InvalidValueError: on a non-finite query, a wrong channel count or a bad scale.
+
     Example:
         >>> st = dither_quantize(np.ones((1, 4)), key=DitherKey(0, 0, 0), tokens=np.arange(1),
         ...                      block_size=4, layout=RopeLayout.HALF_SPLIT)
@@ -425,8 +468,11 @@ def dither_variance_proxy(query: ArrayLike, stored: DitheredKeys, *, scale: floa
     q, sc = _query_scale(query, stored, scale)
     # sum_c q_c^2 s_{c,t}^2 = sum_blocks s_{b,t}^2 * (sum of q_c^2 over the block's kept channels)
     s64 = stored.scales.astype(np.float64)
-    out: F64 = (sc * sc) * ((s64 * s64) @ _per_block(q * q, stored)) / 12.0
-    return out
+    v: F64 = (sc * sc) * ((s64 * s64) @ _per_block(q * q, stored)) / 12.0
+    margin = variance_margin(stored.head_dim, s64.shape[1], scale=sc)
+    qmax = float(np.abs(q).max(initial=0.0))
+    return outward(v, gamma=margin.gamma, alpha=margin.alpha * (1.0 + qmax * qmax),
+                   exact=_exact_tokens(q, stored))
 
 
 def _query_scale(query: ArrayLike, stored: DitheredKeys, scale: float) -> tuple[F64, float]:
@@ -437,18 +483,20 @@ def _query_scale(query: ArrayLike, stored: DitheredKeys, scale: float) -> tuple[
     return q, real("scale", scale, lo=0.0, lo_open=True)
 
 
+def _exact_tokens(q: F64, stored: DitheredKeys) -> NDArray[np.bool_]:
+    """Tokens whose Tier-B terms are exactly 0: no block has both a nonzero scale and a
+    nonzero kept query channel."""
+    live = _per_block((q != 0).astype(np.float64), stored) > 0
+    out: NDArray[np.bool_] = ~((stored.scales != 0) & live[None, :]).any(axis=-1)
+    return out
+
+
 def _per_block(values: F64, stored: DitheredKeys) -> F64:
     """Sum of per-channel values over each block's kept (non-outlier) channels."""
     kept = values.copy()
     kept[stored.outlier_channels] = 0.0
     out: F64 = np.add.reduceat(kept, np.arange(0, stored.head_dim, stored.block_size))
     return out
-
-
-GRID_MEAN = 2.0**-25
-"""Largest mean of the rounding residual ``round(y + xi) - (y + xi)`` for ``xi`` on the
-``2^-24`` grid of :func:`dither_noise` (half a grid step); the centred residual is a
-symmetric discrete uniform, whose moment generating function is below the continuous one."""
 
 
 def dither_mean_offset(query: ArrayLike, stored: DitheredKeys, *, scale: float) -> F64:
@@ -459,6 +507,16 @@ def dither_mean_offset(query: ArrayLike, stored: DitheredKeys, *, scale: float) 
     the scale); this term bounds its effect on the logit, and is added to the
     sub-Gaussian radius of the centred error.
 
+    Args:
+        query, stored, scale: as :func:`dither_variance_proxy`.
+
+    Returns:
+        The term per stored token, rounded outward
+        (:func:`witcert_calculus.rounding.grid_mean_margin`).
+
+    Raises:
+        InvalidValueError: on a non-finite query, a wrong channel count or a bad scale.
+
     Example:
         >>> st = dither_quantize(np.ones((1, 4)), key=DitherKey(0, 0, 0), tokens=np.arange(1),
         ...                      block_size=4, layout=RopeLayout.HALF_SPLIT)
@@ -466,9 +524,10 @@ def dither_mean_offset(query: ArrayLike, stored: DitheredKeys, *, scale: float) 
         True
     """
     q, sc = _query_scale(query, stored, scale)
-    out: F64 = sc * (stored.scales.astype(np.float64) @ _per_block(np.abs(q), stored)) \
-        * GRID_MEAN * (1.0 + 1e-12)
-    return out
+    s64 = stored.scales.astype(np.float64)
+    m: F64 = sc * (s64 @ _per_block(np.abs(q), stored)) * GRID_MEAN
+    margin = grid_mean_margin(stored.head_dim, s64.shape[1], scale=sc)
+    return outward(m, gamma=margin.gamma, alpha=margin.alpha, exact=_exact_tokens(q, stored))
 
 
 def subgaussian_radius(variance_proxy: ArrayLike, *, delta_loc: float,
@@ -482,6 +541,13 @@ def subgaussian_radius(variance_proxy: ArrayLike, *, delta_loc: float,
         delta_loc: failure probability for this (layer, head, step), in (0, 1).
         tokens: ``S`` for the union bound (default: the length of ``variance_proxy``).
 
+    Returns:
+        ``u_t`` per token, rounded outward (:func:`witcert_calculus.rounding.radius_margin`).
+
+    Raises:
+        InvalidValueError: on a negative or non-finite proxy, ``delta_loc`` outside (0, 1),
+            or ``tokens`` below the number of tokens.
+
     Example:
         >>> round(float(subgaussian_radius(np.array([1.0]), delta_loc=0.05)[0]), 6)
         2.716203
@@ -491,36 +557,92 @@ def subgaussian_radius(variance_proxy: ArrayLike, *, delta_loc: float,
     n = v.size if tokens is None else positive_int("tokens", tokens)
     if n < v.size:
         raise InvalidValueError("tokens", tokens, f"must be >= the number of tokens {v.size}")
-    out: F64 = np.sqrt(2.0 * v * math.log(2.0 * n / dl))
-    return out
+    with np.errstate(over="ignore"):
+        r: F64 = np.sqrt(2.0 * v * math.log(2.0 * n / dl))
+    margin = radius_margin()
+    return outward(r, gamma=margin.gamma, alpha=margin.alpha, exact=v == 0)
 
 
-def delta_local(delta_req: float, *, layers: int, heads: int, steps: int) -> float:
+def delta_local(delta_req: float | Probability, *, layers: int, heads: int, steps: int) -> float:
     """Split a request's failure budget over layers, heads and decode steps: ``delta_req/(L H T)``.
 
+    The share is computed exactly and rounded down once, to the float handed to the
+    radius (:meth:`~witcert_calculus.budget.Probability.float_down`): a smaller
+    per-cell delta only widens the radius, and the ``L H T`` cells together stay
+    within ``delta_req``.
+
     Example:
-        >>> delta_local(0.01, layers=2, heads=5, steps=10)
-        0.0001
+        >>> delta_local(0.5, layers=2, heads=2, steps=2)
+        0.0625
+        >>> from fractions import Fraction
+        >>> d = delta_local(0.01, layers=2, heads=5, steps=10)  # rounded down
+        >>> Fraction(d) <= Fraction(0.01) / 100 < Fraction(math.nextafter(d, 1.0))
+        True
     """
-    dr = real("delta_req", delta_req, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    dr = delta_req if isinstance(delta_req, Probability) else real(
+        "delta_req", delta_req, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     n = positive_int("layers", layers) * positive_int("heads", heads) * positive_int("steps", steps)
-    return float(Fraction(dr) / n)
+    return Probability.budget(dr).split(n).float_down()
+
+
+def tier_b_logit_bound(query: ArrayLike, stored: DitheredKeys, *, scale: float,
+                       delta_loc: float, tokens: int | None = None) -> F64:
+    """Per-token Tier-B logit bound ``u_t = sqrt(2 varsigma_t^2 log(2S/delta_loc)) + m_t``.
+
+    The sub-Gaussian radius of the centred error (:func:`subgaussian_radius` of
+    :func:`dither_variance_proxy`) plus the grid-mean term ``m_t`` (:func:`dither_mean_offset`):
+    ``|eps_t| <= u_t`` for all ``S`` tokens except with probability ``delta_loc``, for
+    non-adaptive queries (Lean ``WitCert.Dither.dither_logit_tail``,
+    ``WitCert.Dither.signAvg_union_le``). Each term is rounded outward with room for the sum.
+    The torch version (``witcert_kernels.dither.tier_b_logit_bound``) computes the same
+    terms, plus the cast term of a reconstruction stored in a narrower type.
+
+    Args:
+        query: the query of this head, shape ``(d,)``.
+        stored: the head's dithered keys.
+        scale: the attention scale (> 0).
+        delta_loc: failure probability for this (layer, head, step), in (0, 1).
+        tokens: ``S`` for the union bound (default: the stored tokens).
+
+    Returns:
+        ``u`` of shape ``(S,)``.
+
+    Raises:
+        InvalidValueError: on an invalid query, scale, ``delta_loc`` or ``tokens``.
+
+    Example:
+        >>> st = dither_quantize(np.ones((2, 4)), key=DitherKey(0, 0, 0), tokens=np.arange(2),
+        ...                      block_size=4, layout=RopeLayout.HALF_SPLIT)
+        >>> u = tier_b_logit_bound(np.ones(4), st, scale=0.5, delta_loc=1e-3)
+        >>> bool((u > 0).all()) and u.shape == (2,)
+        True
+    """
+    radius = subgaussian_radius(dither_variance_proxy(query, stored, scale=scale),
+                                delta_loc=delta_loc, tokens=tokens)
+    out: F64 = radius + dither_mean_offset(query, stored, scale=scale)
+    return out
 
 
 def tier_b_certificate(p_tilde: ArrayLike, query: ArrayLike, stored: DitheredKeys, *,
                        scale: float, delta_loc: float) -> Reading[AttentionTV[AtConsume]]:
     """Probabilistic TV certificate for one query over a dithered store.
 
-    ``u = subgaussian_radius(dither_variance_proxy(q)) + dither_mean_offset(q)``, then
-    ``TV <= (A^2 - 1)/2``
-    with ``A = sum p_tilde e^{u}``, except with probability ``delta_loc``, for
-    non-adaptive queries.
+    ``u = tier_b_logit_bound(q)``, then ``TV <= (A^2 - 1)/2`` with ``A = sum p_tilde e^{u}``,
+    except with probability ``delta_loc``, for non-adaptive queries.
+
+    Args:
+        p_tilde: compressed attention over the stored tokens, shape ``(S,)``.
+        query, stored, scale, delta_loc: as :func:`tier_b_logit_bound`.
 
     Returns:
         A reading of ``AttentionTV[AtConsume]`` with ``delta = delta_loc`` and evidence
         citing ``WitCert.Dither.dither_logit_tail``, ``WitCert.Dither.signAvg_union_le``
         and ``WitCert.Meters.tv_eform_sound``, restricted to non-adaptive queries
         (tier PARTIALLY_CERTIFIED below saturation, SATURATED otherwise).
+
+    Raises:
+        InvalidValueError: on invalid attention (or one entry per stored token missing),
+            query, scale or ``delta_loc``.
 
     Example:
         >>> st = dither_quantize(np.ones((2, 4)), key=DitherKey(0, 0, 0), tokens=np.arange(2),
@@ -530,15 +652,11 @@ def tier_b_certificate(p_tilde: ArrayLike, query: ArrayLike, stored: DitheredKey
         >>> (r.tier.name, float(r.delta))
         ('PARTIALLY_CERTIFIED', 0.001)
     """
-    from witcert_calculus.meters import tv_eform  # the TV forms live in meters
-
     p = distribution("p_tilde", p_tilde)
     if p.size != stored.payload.shape[0]:
         raise InvalidValueError("p_tilde", f"array of shape {p.shape}",
                                 f"must have one entry per stored token ({stored.payload.shape[0]})")
-    u = subgaussian_radius(dither_variance_proxy(query, stored, scale=scale), delta_loc=delta_loc) \
-        + dither_mean_offset(query, stored, scale=scale)
-    bound = tv_eform(p, u)
+    bound = tv_eform(p, tier_b_logit_bound(query, stored, scale=scale, delta_loc=delta_loc))
     dl = real("delta_loc", delta_loc, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     evidence = Composition(
         (Restricted(Proof(DITHER_LOGIT_TAIL, (

@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.theorems import ENTRY_FALLBACK_SOUND
+from witcert_calculus.validation import nonneg_real
 
 __all__ = [
     "Aggregate",
@@ -111,16 +112,6 @@ def _bounds(bounds: npt.ArrayLike) -> FloatArray:
     return b
 
 
-def _threshold(threshold: float) -> float:
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, Fraction,
-                                                                   np.floating, np.integer)):
-        raise InvalidValueError("threshold", threshold, "must be a real number")
-    t = float(threshold)
-    if not (math.isfinite(t) and t >= 0.0):
-        raise InvalidValueError("threshold", threshold, "must be finite and >= 0")
-    return t
-
-
 def _saturation(saturation: float | None) -> float | None:
     if saturation is None:
         return None
@@ -164,6 +155,20 @@ class EntryCertification:
     def fallback(self) -> npt.NDArray[np.intp]:
         """Indices of the entries that fall back to exact bytes."""
         return np.flatnonzero(~self.keep)
+
+    def none_kept(self) -> EntryCertification:
+        """The same batch with every entry falling back (nothing kept, step bound 0.0).
+
+        Example:
+            >>> certify_entries([0.01, 0.02], threshold=0.1).none_kept().keep.tolist()
+            [False, False]
+        """
+        keep = np.zeros(self.n_entries, dtype=np.bool_)
+        keep.setflags(write=False)
+        return EntryCertification(
+            keep=keep, n_entries=self.n_entries, n_kept=0, retained_fraction=Fraction(0),
+            step_bound=0.0, threshold=self.threshold, aggregate=self.aggregate,
+            whole_step=self.whole_step, vacuous=False)
 
     theorem = ENTRY_THEOREM
 
@@ -210,7 +215,7 @@ def certify_entries(bounds: npt.ArrayLike, *, threshold: float,
         ([True, False, True], Fraction(2, 3))
     """
     b = _bounds(bounds)
-    t = _threshold(threshold)
+    t = nonneg_real("threshold", threshold)
     how = _check_aggregate(aggregate)
     sat = _saturation(saturation)
     keep = b <= t
@@ -247,7 +252,7 @@ def certify_step(bounds: npt.ArrayLike, *, threshold: float,
         0
     """
     b = _bounds(bounds)
-    t = _threshold(threshold)
+    t = nonneg_real("threshold", threshold)
     how = _check_aggregate(aggregate)
     sat = _saturation(saturation)
     total = _aggregate(b, None, int(b.size), how)

@@ -26,6 +26,7 @@ Main declarations:
 - :class:`EProcessState`: its frozen, JSON-serializable state.
 - :func:`log_factors`: vectorised ``log g_e`` (bit-identical to the scalar update).
 - :func:`log_paths`: vectorised running ``log M_t`` over many independent streams.
+- :func:`observation_batch`: a stream of observations with its null means and ranges, stacked.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import numpy.typing as npt
 
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.theorems import VILLE_FINITE_TREE
+from witcert_calculus.validation import unit_rational
 
 __all__ = [
     "EProcess",
@@ -48,6 +50,7 @@ __all__ = [
     "VILLE_THEOREM",
     "log_factors",
     "log_paths",
+    "observation_batch",
 ]
 
 VILLE_THEOREM: Final = VILLE_FINITE_TREE
@@ -66,10 +69,8 @@ def _check_kappa(kappa: float) -> float:
 
 
 def _check_delta(delta: float | Fraction) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, (int, float, Fraction)):
-        raise InvalidValueError("delta", delta, "must be a number in (0, 1)")
-    d = float(delta)
-    if not (0.0 < d < 1.0) or not (0 < delta < 1):
+    d = float(unit_rational("delta", delta, open_interval=True))
+    if not 0.0 < d < 1.0:  # a Fraction that rounds to 0.0 or 1.0
         raise InvalidValueError("delta", delta, "must lie in the open interval (0, 1)")
     return d
 
@@ -144,6 +145,39 @@ def log_paths(
     lf = log_factors(w, m, c, kappa=kappa)
     out: FloatArray = np.cumsum(lf, axis=-1)
     return out
+
+
+def observation_batch(w: npt.ArrayLike, m: npt.ArrayLike, c: npt.ArrayLike) -> FloatArray:
+    """Stack a one-dimensional stream ``w`` with its null means and ranges, broadcast to it.
+
+    Only the shapes are checked here; :func:`log_factors` checks the values.
+
+    Args:
+        w: observations ``W_e`` (a scalar is a stream of one).
+        m: null means ``m_e``, broadcast to the shape of ``w``.
+        c: squared null ranges ``C_e``, broadcast to the shape of ``w``.
+
+    Returns:
+        A float64 array of shape ``(3, len(w))``: rows ``w``, ``m``, ``c``.
+
+    Raises:
+        InvalidValueError: if ``w`` is not one-dimensional or ``m``, ``c`` do
+            not broadcast to its shape.
+
+    Example:
+        >>> observation_batch([0.1, 0.2], 0.0, 1.0).tolist()
+        [[0.1, 0.2], [0.0, 0.0], [1.0, 1.0]]
+    """
+    wa = np.atleast_1d(np.asarray(w, dtype=np.float64))
+    if wa.ndim != 1:
+        raise InvalidValueError("w", wa.shape, "must be a one-dimensional stream")
+    try:
+        ma = np.broadcast_to(np.asarray(m, dtype=np.float64), wa.shape)
+        ca = np.broadcast_to(np.asarray(c, dtype=np.float64), wa.shape)
+    except ValueError as exc:
+        raise InvalidValueError("m, c", "shapes", f"must broadcast to the shape of w "
+                                f"{wa.shape} ({exc})") from None
+    return np.stack([wa, ma, ca])
 
 
 def _first_bad(values: FloatArray, ok: npt.NDArray[np.bool_]) -> float:

@@ -12,14 +12,13 @@ Main declarations:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from witcert_calculus.ledger import RiskLedger
+from witcert_calculus.records import LedgerStats
 
 __all__ = [
     "prometheus_text",
 ]
+
 
 def _num(x: float | int) -> str:
     if isinstance(x, int):
@@ -31,22 +30,27 @@ def _escape(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def prometheus_text(ledger: RiskLedger) -> str:
-    """Render the ledger's metrics in the Prometheus text format (version 0.0.4).
+def prometheus_text(stats: LedgerStats) -> str:
+    """Render a ledger's aggregates in the Prometheus text format (version 0.0.4).
 
     Args:
-        ledger: the ledger to export.
+        stats: the aggregates, e.g. ``ledger.stats()`` (``RiskLedger.prometheus``
+            renders its own).
 
     Returns:
         The exposition text, ending with a newline.
 
     Example:
-        >>> from witcert_calculus.ledger import RiskLedger
-        >>> text = RiskLedger().prometheus()
+        >>> from fractions import Fraction
+        >>> from witcert_calculus.records import EventCounts
+        >>> text = prometheus_text(LedgerStats(
+        ...     requests=0, open_requests=0, counts=EventCounts(), open_by_tier=(), entries=0,
+        ...     entries_kept=0, steps=0, vacuous_steps=0, worst_spent_fraction=Fraction(0),
+        ...     slots=(), reads_own=0, reads_shared=0, slot_writes=0, events=0, sentinels=()))
         >>> "witcert_ledger_requests_open 0" in text
         True
     """
-    s = ledger.stats()
+    s = stats
     c = s.counts
     out: list[str] = []
 

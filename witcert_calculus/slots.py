@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from witcert_calculus.errors import InvalidValueError, StaleReadError, UnwrittenSlotError
+from witcert_calculus.validation import integer, nonneg_int
 
 __all__ = [
     "ReadGrant",
@@ -162,16 +163,15 @@ class SlotTable:
 
     def __init__(self, n_slots: int, *, directory: _Directory, lock: threading.RLock,
                  key: object) -> None:
-        if isinstance(n_slots, bool) or not isinstance(n_slots, int) or n_slots < 0:
-            raise InvalidValueError("n_slots", n_slots, "must be an int >= 0")
-        self._n = n_slots
+        n = nonneg_int("n_slots", n_slots)
+        self._n = n
         self._dir = directory
         self._lock = lock
         self._key = key
-        self._state = np.zeros(n_slots, dtype=np.int8)
-        self._owner = np.full(n_slots, -1, dtype=np.int64)
-        self._gen = np.zeros(n_slots, dtype=np.int64)
-        self._bound = np.zeros(n_slots, dtype=np.float64)
+        self._state = np.zeros(n, dtype=np.int8)
+        self._owner = np.full(n, -1, dtype=np.int64)
+        self._gen = np.zeros(n, dtype=np.int64)
+        self._bound = np.zeros(n, dtype=np.float64)
         self._reads_own = 0
         self._reads_shared = 0
         self._writes = 0
@@ -182,9 +182,7 @@ class SlotTable:
     # ------------------------------------------------------------------ reads
 
     def _check_slot(self, slot: int) -> int:
-        if isinstance(slot, bool) or not isinstance(slot, (int, np.integer)):
-            raise InvalidValueError("slot", slot, "must be an int")
-        s = int(slot)
+        s = integer("slot", slot)
         if not 0 <= s < self._n:
             raise InvalidValueError("slot", slot, f"must lie in [0, {self._n})")
         return s

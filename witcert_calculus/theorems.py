@@ -23,10 +23,9 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Final, final
+from typing import Final, cast, final
 
 from witcert_calculus.errors import TheoremExportError, UnknownTheoremError
 
@@ -169,18 +168,18 @@ class TheoremRecord:
 
 def _records(text: str, where: str, origin: str) -> list[TheoremRecord]:
     try:
-        doc = json.loads(text)
+        doc: object = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TheoremExportError(where, f"is not JSON ({exc})") from None
-    items = doc.get("theorems") if isinstance(doc, dict) else None
+    items: object = cast(dict[str, object], doc).get("theorems") if isinstance(doc, dict) else None
     if not isinstance(items, list) or not items:
         raise TheoremExportError(where, "must hold a non-empty list 'theorems' (the format "
                                  "scripts/lean_driver.py writes)")
     out: list[TheoremRecord] = []
-    for i, item in enumerate(items):
+    for i, item in enumerate(cast(list[object], items)):
         fields: dict[str, str] = {}
         for key in ("name", "module", "statement"):
-            value = item.get(key) if isinstance(item, dict) else None
+            value = cast(dict[str, object], item).get(key) if isinstance(item, dict) else None
             if not isinstance(value, str) or not value.strip():
                 raise TheoremExportError(where, f"theorems[{i}] has no {key} (a non-empty string)")
             fields[key] = value
@@ -207,8 +206,7 @@ def _ensure_builtin() -> None:
         return
     with _LOCK:
         if not _REGISTRY:
-            text = resources.files("witcert_calculus").joinpath(_EXPORT_FILE).read_text(
-                encoding="utf-8")
+            text = Path(__file__).with_name(_EXPORT_FILE).read_text(encoding="utf-8")
             _add(_records(text, _EXPORT_FILE, BUILTIN_ORIGIN), _EXPORT_FILE)
 
 

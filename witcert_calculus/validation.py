@@ -121,6 +121,8 @@ def positive_int(name: str, value: object, *, minimum: int = 1) -> int:
 
 def integer(name: str, value: object) -> int:
     """An ``int`` (not bool; numpy integers too), e.g. a request id or a slot index."""
+    if type(value) is int:  # the common case, without the abstract-class check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidValueError(name, value, "must be an int")
     return int(value)
@@ -128,6 +130,8 @@ def integer(name: str, value: object) -> int:
 
 def nonneg_int(name: str, value: object) -> int:
     """An ``int`` (not bool; numpy integers too) that is ``>= 0``, e.g. an index or a count."""
+    if type(value) is int and value >= 0:  # the common case, without the abstract-class check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 0:
         raise InvalidValueError(name, value, "must be an int >= 0")
     return int(value)
@@ -155,6 +159,16 @@ def unit_rational(name: str, value: object, *, open_interval: bool = False,
         interval = "the open interval (0, 1)" if open_interval else "the closed interval [0, 1]"
         raise InvalidValueError(name, value, f"must lie in {interval}")
     return fr
+
+
+def nonneg_real(name: str, value: object) -> float:
+    """A finite real scalar (not bool; numpy scalars and Fractions too) that is ``>= 0``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidValueError(name, value, "must be a real number")
+    v = float(value)
+    if not (math.isfinite(v) and v >= 0.0):
+        raise InvalidValueError(name, value, "must be finite and >= 0")
+    return v
 
 
 def real(name: str, value: object, *, lo: float = -math.inf, hi: float = math.inf,
@@ -194,3 +208,24 @@ def exact(value: object, name: str, *, upper: Fraction | None = None,
         raise InvalidValueError(name, value, f"must be {bound}")
     return fr
 
+
+
+def uint(name: str, value: object, *, bits: int) -> int:
+    """An ``int`` (not bool; numpy integers too) in ``[0, 2^bits)``, e.g. a counter word."""
+    v = positive_int(name, value, minimum=0)
+    if v >= 2**bits:
+        raise InvalidValueError(name, value, f"must be < 2^{bits}")
+    return v
+
+
+def weights_and_bounds(p_tilde: ArrayLike, c: ArrayLike, *, ndim: int) -> tuple[F64, F64]:
+    """A distribution ``p_tilde`` (see :func:`distribution`) and bounds ``c >= 0`` of its shape.
+
+    ``c`` may hold ``+inf`` (a bound that says nothing); NaN and negative entries are refused.
+    """
+    p = distribution("p_tilde", p_tilde, ndim=ndim)
+    cc = nonneg_array("c", c, ndim=ndim, allow_inf=True)
+    if cc.shape != p.shape:
+        raise InvalidValueError("c", f"array of shape {cc.shape}",
+                                f"must have the shape of p_tilde {p.shape}")
+    return p, cc

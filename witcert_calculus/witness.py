@@ -15,8 +15,10 @@ At read time the logit error of token ``t`` obeys
 
 Floating point: witnesses and ``c`` are *upper* bounds of their exact values.
 Norms are computed after scaling by the row maximum (no overflow, no underflow
-to a false zero) and inflated by a rigorous binary64 rounding-error factor;
-storage in float16/float32 rounds upward.
+to a false zero); norms and ``c`` are rounded outward by the rule of
+:mod:`witcert_calculus.rounding` (margins :func:`~witcert_calculus.rounding.band_norm_margin`,
+:func:`~witcert_calculus.rounding.logit_margin`); storage in float16/float32 rounds upward.
+The torch versions (``witcert_kernels.meter``) use the same bands and margins.
 
 Main declarations:
 
@@ -37,13 +39,13 @@ from typing import Final, final
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-from witcert_calculus.validation import F64, UNIT_ROUNDOFF, finite_array, nonneg_array, \
-    positive_int, real
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, LogitLinf
+from witcert_calculus.rounding import TINY, band_norm_margin, logit_margin, outward
 from witcert_calculus.theorems import LOGIT_BOUND_SOUND
 from witcert_calculus.tiers import Premise, Proof
+from witcert_calculus.validation import F64, finite_array, nonneg_array, positive_int, real
 
 __all__ = [
     "LOGIT_BOUND_THEOREM",
@@ -57,9 +59,6 @@ __all__ = [
 ]
 
 LOGIT_BOUND_THEOREM: Final = LOGIT_BOUND_SOUND
-
-# Every finite (scaled) square below this is at most one subnormal spacing off.
-_SUBNORMAL_SQRT: Final = 2.0**-537
 
 
 @final
@@ -151,15 +150,12 @@ def _band_norms_upper(x: F64, bands: int, layout: RopeLayout) -> F64:
     amax = band_max.max(axis=-1, keepdims=True)
     scaled = xp / np.where(amax > 0, amax, 1.0)  # |scaled| <= 1: no overflow
     band_sq = np.add.reduceat(scaled * scaled, starts, axis=-1)
-    # sum of m squares then sqrt: relative error <= (m/2 + 2) u; the division by
-    # amax and the final product add 2u; the floor covers squares that underflowed.
-    gamma = (sizes / 2.0 + 6.0) * UNIT_ROUNDOFF
-    floor = np.sqrt(sizes) * _SUBNORMAL_SQRT
-    # an exactly zero band stays exactly zero; any other band ends one step upward,
-    # which also covers the rounding of the final product in the subnormal range
-    norms = np.nextafter((np.sqrt(band_sq) * (1.0 + gamma) + floor) * amax, np.inf)
-    out: F64 = np.where(band_max > 0, norms, 0.0)
-    return out
+    margins = [band_norm_margin(int(m)) for m in sizes]
+    gamma = np.array([m.gamma for m in margins])
+    floor = np.array([m.alpha for m in margins])  # in units of amax
+    # an exactly zero band stays exactly zero
+    return outward(np.sqrt(band_sq) * amax, gamma=gamma, alpha=floor * amax + TINY,
+                   exact=band_max == 0)
 
 
 def _store_upward(x: F64, dtype: DTypeLike) -> NDArray[np.floating]:
@@ -256,16 +252,17 @@ def logit_bound(query: ArrayLike, witness: ArrayLike, *, layout: RopeLayout,
         # whose exact contribution <q_b, r_b> is 0.
         prod = w * qn
         prod = np.where(np.isnan(prod), 0.0, prod)
-        c = prod.sum(axis=-1) * s * (1.0 + (nb + 3) * UNIT_ROUNDOFF)
-    out: F64 = np.asarray(c, dtype=np.float64)
-    return out
+        c: F64 = np.asarray(prod.sum(axis=-1) * s, dtype=np.float64)
+    margin = logit_margin(nb, scale=s)
+    exact = (w == 0).all(axis=-1) | bool((qn == 0).all())
+    return outward(c, gamma=margin.gamma, alpha=margin.alpha, exact=np.asarray(exact))
 
 
 def logit_linf_reading(c: ArrayLike) -> Reading[LogitLinf[AtConsume]]:
     """The sup-norm logit error bound ``max_t c_t`` as a reading of ``LogitLinf[AtConsume]``.
 
     It feeds the scalar softmax bridges (e.g. ``bridges.softmax_tv_eform``); the
-    per-token meters of :mod:`witcert_calculus.meters` use the whole vector and are tighter.
+    per-token TV forms of :mod:`witcert_calculus.tv_forms` use the whole vector and are tighter.
 
     Args:
         c: per-token bounds from :func:`logit_bound`, shape ``(S,)``, finite and >= 0.

@@ -2,13 +2,21 @@
 
 Main declarations (import the submodules; nothing heavy loads at package import):
 
+- :mod:`witcert_adapters.runs`: memory kinds, probe paths and ``(layer, path)`` sites, and
+  the protocols every probe and run satisfies (:class:`~witcert_adapters.runs.ProbeRun`,
+  :class:`~witcert_adapters.runs.MemoryProbe`).
 - :mod:`witcert_adapters.schemes`: registry of KV compression schemes (one tensor function each).
 - :mod:`witcert_adapters.architectures`: registry of memory layouts (dense GQA with RoPE,
   MLA latent) and how each layer's post-RoPE queries are recomputed.
 - :mod:`witcert_adapters.hf`: :class:`~witcert_adapters.hf.WitnessCache` (a transformers
-  ``DynamicCache`` subclass) and :class:`~witcert_adapters.hf.Probe` (read-side hooks).
+  ``DynamicCache`` subclass), :class:`~witcert_adapters.hf.Probe` (read-side hooks) and
+  its run, :class:`~witcert_adapters.hf.LiveRun`.
+- :mod:`witcert_adapters.records`: the attention run's per-layer records.
 - :mod:`witcert_adapters.gate`: the acceptance gate (coverage, magnitude, soundness).
 - :mod:`witcert_adapters.readings`: typed readings and composed contracts per layer.
-- :mod:`witcert_adapters.models`: offline SmolLM2 loading with a safetensors cache.
-- :mod:`witcert_adapters.demo`: ``python -m witcert_adapters.demo --out DIR``.
+- :mod:`witcert_adapters.selector`, :mod:`witcert_adapters.recurrent`: the learned-selector
+  and recurrent-state probes, their runs and gates.
+- :mod:`witcert_adapters.memory`: one registry over the four memory classes.
+- :mod:`witcert_adapters.demo`: an application, ``python -m witcert_adapters.demo --out DIR``
+  (with its offline SmolLM2 loading in :mod:`witcert_adapters.demo.models`).
 """

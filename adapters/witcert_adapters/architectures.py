@@ -39,8 +39,9 @@ from typing import Any, final
 
 import torch
 
+from witcert_adapters.runs import MemoryKind
 from witcert_calculus.errors import InvalidValueError
-from witcert_kernels.meter import HALF_SPLIT, INTERLEAVED
+from witcert_calculus.witness import RopeLayout
 
 __all__ = ["ArchSpec", "LogitPart", "architectures", "register_architecture", "spec_for"]
 
@@ -58,7 +59,7 @@ class LogitPart:
 
     slot: int
     bands: int
-    layout: str
+    layout: RopeLayout
 
 
 QueryFn = Callable[[Any, torch.Tensor, Any], tuple[torch.Tensor, ...]]
@@ -71,7 +72,7 @@ class ArchSpec:
 
     Attributes:
         model_type: the config's ``model_type``.
-        memory_class: ``"dense"`` or ``"latent"``.
+        memory_class: :attr:`MemoryKind.DENSE` or :attr:`MemoryKind.LATENT`.
         parts: the slots that enter the logits, in the order :attr:`queries` returns queries.
         queries: ``(attention_module, hidden_states, position_embeddings)`` -> one post-RoPE
             query tensor ``[batch, heads, q_len, dim]`` per part.
@@ -80,7 +81,7 @@ class ArchSpec:
     """
 
     model_type: str
-    memory_class: str
+    memory_class: MemoryKind
     parts: tuple[LogitPart, ...]
     queries: QueryFn
     value_slot: int | None
@@ -191,27 +192,29 @@ def _kimi_linear_queries(module: Any, hidden: torch.Tensor, pos: Any) -> tuple[t
 
 
 def _dense_spec(model_type: str, bands: int = 4) -> ArchSpec:
-    return ArchSpec(model_type, "dense", (LogitPart(0, bands, HALF_SPLIT),), _dense_queries, 1)
+    return ArchSpec(model_type, MemoryKind.DENSE,
+                    (LogitPart(0, bands, RopeLayout.HALF_SPLIT),), _dense_queries, 1)
 
 
 for _mt in ("llama", "qwen2", "mistral"):
     register_architecture(_dense_spec(_mt))
 
 register_architecture(ArchSpec(
-    "deepseek_v2", "latent",
-    (LogitPart(0, 1, HALF_SPLIT), LogitPart(1, 1, INTERLEAVED)),
+    "deepseek_v2", MemoryKind.LATENT,
+    (LogitPart(0, 1, RopeLayout.HALF_SPLIT), LogitPart(1, 1, RopeLayout.INTERLEAVED)),
     _deepseek_v2_queries, None,
 ))
 register_architecture(ArchSpec(
-    "deepseek_v3", "latent",
-    (LogitPart(0, 1, HALF_SPLIT), LogitPart(1, 1, HALF_SPLIT)),
+    "deepseek_v3", MemoryKind.LATENT,
+    (LogitPart(0, 1, RopeLayout.HALF_SPLIT), LogitPart(1, 1, RopeLayout.HALF_SPLIT)),
     _deepseek_v3_queries, None,
 ))
 register_architecture(ArchSpec(
-    "qwen3_next", "dense", (LogitPart(0, 1, HALF_SPLIT),), _qwen3_next_queries, 1,
+    "qwen3_next", MemoryKind.DENSE, (LogitPart(0, 1, RopeLayout.HALF_SPLIT),),
+    _qwen3_next_queries, 1,
 ))
 register_architecture(ArchSpec(
-    "kimi_linear", "latent",
-    (LogitPart(0, 1, HALF_SPLIT), LogitPart(1, 1, HALF_SPLIT)),
+    "kimi_linear", MemoryKind.LATENT,
+    (LogitPart(0, 1, RopeLayout.HALF_SPLIT), LogitPart(1, 1, RopeLayout.HALF_SPLIT)),
     _kimi_linear_queries, None,
 ))

@@ -23,25 +23,46 @@ soundness.
    still counted and reported (with the tiny deltas used, any violation points at a bug).
    Zero violations are accepted.
 
+The stage folding (an evaluated stage, then "not evaluated" after a failure) and the
+site checks are shared by every memory class's gate and written against
+:class:`~witcert_adapters.runs.ProbeRun`: the selector and recurrent gates use them too.
+
 Main declarations
 -----------------
-- :class:`StageResult`, :class:`GateVerdict`, :func:`run_gate`.
+- :class:`Stage`, :class:`StageResult`, :class:`GateVerdict`, :func:`run_gate`,
+  :func:`attention_stages`.
+- Shared by every gate: :func:`ordered_verdict`, :func:`site_problems`, :func:`sites_text`.
 """
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import final
+from typing import Final, final
 
 import numpy as np
 
 from witcert_adapters.hf import LiveRun
+from witcert_adapters.runs import ObservedLayer, ProbePath, ProbeRun, Site
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV, check_value
+from witcert_calculus.validation import positive_int
 
-__all__ = ["STAGES", "GateVerdict", "StageResult", "attention_stages", "run_gate"]
+__all__ = ["STAGES", "GateVerdict", "Stage", "StageResult", "attention_stages", "ordered_verdict",
+           "run_gate", "site_problems", "sites_text"]
 
-STAGES = ("coverage", "magnitude", "soundness")
+
+@final
+class Stage(enum.StrEnum):
+    """The gate's stages, in the order they run."""
+
+    COVERAGE = "coverage"
+    MAGNITUDE = "magnitude"
+    SOUNDNESS = "soundness"
+
+
+STAGES: Final = tuple(Stage)
 
 
 @final
@@ -50,14 +71,14 @@ class StageResult:
     """One stage's outcome.
 
     Attributes:
-        stage: ``"coverage"``, ``"magnitude"`` or ``"soundness"``.
+        stage: the :class:`Stage` (equal to its name as a string).
         passed: ``True``/``False``, or ``None`` when not evaluated (an earlier stage failed).
         detail: what was checked, or the first problems found.
         checked: number of items checked (cells, layers).
         failures: number of failing items.
     """
 
-    stage: str
+    stage: Stage
     passed: bool | None
     detail: str
     checked: int = 0
@@ -81,7 +102,7 @@ class GateVerdict:
         return all(s.passed is True for s in self.stages)
 
     @property
-    def failed_stage(self) -> str | None:
+    def failed_stage(self) -> Stage | None:
         """The first stage that failed, or ``None``."""
         for s in self.stages:
             if s.passed is False:
@@ -96,31 +117,89 @@ class GateVerdict:
         return "; ".join(parts)
 
 
-def _coverage(run: LiveRun, tokens: int) -> StageResult:
+def ordered_verdict(coverage: StageResult, magnitude: Callable[[], StageResult],
+                    soundness: Callable[[], StageResult]) -> GateVerdict:
+    """Fold the three stages in order: a stage runs only when every earlier one passed.
+
+    Args:
+        coverage: the evaluated coverage stage.
+        magnitude: evaluates the magnitude stage (called only after coverage passed).
+        soundness: evaluates the soundness stage (called only after magnitude passed).
+
+    Returns:
+        The :class:`GateVerdict`; stages after the first failure read "not evaluated".
+
+    Example:
+        >>> cov = StageResult(Stage.COVERAGE, False, "layer 0 never observed")
+        >>> ordered_verdict(cov, lambda: cov, lambda: cov).stages[2].detail
+        'coverage failed'
+    """
+    if not coverage.passed:
+        return GateVerdict((coverage, StageResult(Stage.MAGNITUDE, None, "coverage failed"),
+                            StageResult(Stage.SOUNDNESS, None, "coverage failed")))
+    mag = magnitude()
+    if not mag.passed:
+        return GateVerdict((coverage, mag, StageResult(Stage.SOUNDNESS, None, "magnitude failed")))
+    return GateVerdict((coverage, mag, soundness()))
+
+
+def sites_text(sites: Iterable[Site], *, limit: int = 6) -> str:
+    """The first ``limit`` sites, sorted, as ``[(layer, 'path'), ...]``.
+
+    Example:
+        >>> sites_text({(1, ProbePath.READ), (0, ProbePath.WRITE)})
+        "[(0, 'write'), (1, 'read')]"
+    """
+    return repr([(layer, str(path)) for layer, path in sorted(sites)[:limit]])
+
+
+def site_problems(run: ProbeRun[ObservedLayer], *, joined: bool = False) -> list[str]:
+    """Coverage problems of a run's sites: declared but never observed, and the reverse.
+
+    Args:
+        run: any probe's run.
+        joined: report both directions in one entry (even when one side is empty), as the
+            selector and recurrent gates do.
+
+    Returns:
+        The problems, empty when the observed sites equal the declared ones.
+    """
+    missing = run.declared - run.observed
+    extra = run.observed - run.declared
+    if joined:
+        if not missing and not extra:
+            return []
+        return [f"declared but never observed: {sites_text(missing)}; "
+                f"observed but never declared: {sites_text(extra)}"]
     problems: list[str] = []
-    missing = sorted(run.declared - run.observed)
-    extra = sorted(run.observed - run.declared)
     if missing:
-        problems.append(f"declared but never observed: {missing[:6]}")
+        problems.append(f"declared but never observed: {sites_text(missing)}")
     if extra:
-        problems.append(f"observed but never declared: {extra[:6]}")
-    layers = sorted({layer for layer, _ in run.declared})
-    for layer in layers:
-        w = run.writes.get(layer, 0)
-        r = run.reads.get(layer, 0)
+        problems.append(f"observed but never declared: {sites_text(extra)}")
+    return problems
+
+
+def _coverage(run: LiveRun, tokens: int) -> StageResult:
+    problems = site_problems(run)
+    tier_b_declared = any(path == ProbePath.TIER_B for _, path in run.declared)
+    for layer in sorted({layer for layer, _ in run.declared}):
+        rec = run.records.get(layer)
+        w = 0 if rec is None else rec.writes
+        r = 0 if rec is None else rec.reads
         if w != tokens:
             problems.append(f"layer {layer}: {w} tokens written, expected {tokens}")
         if r != tokens:
             problems.append(f"layer {layer}: {r} query rows metered, expected {tokens}")
-        pos = run.positions.get(layer)
+        read = None if rec is None else rec.read
+        pos = None if read is None else read.positions
         if pos is not None and not np.array_equal(pos, np.arange(tokens)):
             problems.append(f"layer {layer}: positions {pos[:4].tolist()}... are not 0..{tokens - 1}")
-        tb = run.tier_b.get(layer)
-        if (layer, "tier_b") in run.declared and tb is not None and layer in run.meter \
-                and tb.shape != run.meter[layer].shape:
-            problems.append(f"layer {layer}: Tier-B cells {tb.shape} do not match Tier-A cells "
-                            f"{run.meter[layer].shape}")
-    if any(path == "tier_b" for _, path in run.declared):
+        tb = None if rec is None else rec.tier_b
+        if (layer, ProbePath.TIER_B) in run.declared and tb is not None and read is not None \
+                and tb.meter.shape != read.meter.shape:
+            problems.append(f"layer {layer}: Tier-B cells {tb.meter.shape} do not match Tier-A "
+                            f"cells {read.meter.shape}")
+    if tier_b_declared:
         if not run.tier_b_events:
             problems.append("Tier B declared but no probabilistic event was admitted")
         indices = [ev.admission.prob_index for ev in run.tier_b_events]
@@ -132,7 +211,7 @@ def _coverage(run: LiveRun, tokens: int) -> StageResult:
                 problems.append(f"Tier-B event {i}: ledger index {adm.prob_index}, charged "
                                 f"{adm.charged} for delta {ev.delta} (counter did not advance)")
                 break
-    return StageResult("coverage", not problems,
+    return StageResult(Stage.COVERAGE, not problems,
                        "; ".join(problems[:6]) if problems else
                        f"{len(run.declared)} (layer, path) pairs, {tokens} tokens per layer",
                        checked=len(run.declared), failures=len(problems))
@@ -143,32 +222,35 @@ def _magnitude(run: LiveRun) -> StageResult:
     checked = 0
     metric = AttentionTV[AtConsume]
     for layer in run.layers:
-        wmax = run.witness_max.get(layer, 0.0)
+        rec = run.records[layer]
+        read = run.read(layer)
+        wmax = 0.0 if rec.write is None else rec.write.witness_max
         if not np.isfinite(wmax) or wmax < 0:
             problems.append(f"layer {layer}: witness max {wmax!r} not finite and >= 0")
-        raw = run.meter[layer]
+        raw = read.meter
         checked += raw.size
         if np.isnan(raw).any() or (raw < 0).any():
             problems.append(f"layer {layer}: raw meter has NaN or negative entries")
             continue
-        rep = run.reported(layer)
+        rep = read.reported()
         lo, hi = float(rep.min()), float(rep.max())
         for v, what in ((lo, "min"), (hi, "max")):
             try:
                 check_value(metric, v, what=f"layer {layer} reported meter {what}")
             except InvalidValueError as err:
                 problems.append(str(err))
-        tb = run.tier_b.get(layer)
-        if tb is not None:
+        if rec.tier_b is not None:
+            tb = rec.tier_b.meter
             checked += tb.size
             if np.isnan(tb).any() or (tb < 0).any():
                 problems.append(f"layer {layer}: raw Tier-B bound has NaN or negative entries")
-        for name, arr in (("out_bound", run.out_bound.get(layer)),
-                          ("true_tv", run.true_tv.get(layer)),
-                          ("true_out", run.true_out.get(layer))):
+        audit = rec.audit
+        for name, arr in (("out_bound", read.out_bound),
+                          ("true_tv", None if audit is None else audit.true_tv),
+                          ("true_out", None if audit is None else audit.true_out)):
             if arr is not None and (not np.isfinite(arr).all() or (arr < 0).any()):
                 problems.append(f"layer {layer}: {name} has non-finite or negative entries")
-    return StageResult("magnitude", not problems,
+    return StageResult(Stage.MAGNITUDE, not problems,
                        "; ".join(problems[:6]) if problems else
                        f"{checked} cells finite and in range",
                        checked=checked, failures=len(problems))
@@ -184,11 +266,12 @@ def _soundness(run: LiveRun) -> StageResult:
     b_dloc = 0.0
     first: list[str] = []
     for layer in run.layers:
-        true_tv = run.true_tv.get(layer)
-        if true_tv is None:
+        rec = run.records[layer]
+        if rec.audit is None:
             first.append(f"layer {layer}: no audit (run with audit=True)")
             violations += 1
             continue
+        true_tv = rec.audit.true_tv
         bound = run.reported(layer)
         bad = true_tv > bound
         cells += true_tv.size
@@ -199,9 +282,8 @@ def _soundness(run: LiveRun) -> StageResult:
             first.append(f"layer {layer} cell {idx}: true TV {float(true_tv[idx]):.6g} > "
                          f"bound {float(bound[idx]):.6g}")
         worst = max(worst, float((true_tv / np.maximum(bound, 1e-300)).max()))
-        tb = run.tier_b.get(layer)
-        if tb is not None:
-            bound_b = run.reported_tier_b(layer)
+        if rec.tier_b is not None:
+            bound_b = rec.tier_b.reported()
             b_cells += true_tv.size
             nb = int((true_tv > bound_b).sum())
             if nb:
@@ -210,11 +292,11 @@ def _soundness(run: LiveRun) -> StageResult:
                 first.append(f"layer {layer} cell {idx}: true TV {float(true_tv[idx]):.6g} > "
                              f"Tier-B bound {float(bound_b[idx]):.6g}")
             b_worst = max(b_worst, float((true_tv / np.maximum(bound_b, 1e-300)).max()))
-            dl = run.tier_b_delta_loc.get(layer)
-            if dl is not None and dl.size:
+            dl = rec.tier_b.delta_loc
+            if dl.size:
                 b_dloc = max(b_dloc, float(dl.max()))
-        tout = run.true_out.get(layer)
-        ob = run.out_bound.get(layer)
+        tout = rec.audit.true_out
+        ob = run.read(layer).out_bound
         if tout is not None and ob is not None:
             cells += tout.size
             m = int((tout > ob).sum())
@@ -227,7 +309,8 @@ def _soundness(run: LiveRun) -> StageResult:
               f"Tier A: {cells} audited cells, 0 violations, largest true/bound ratio "
               f"{worst:.3g}{tier_b}")
     total = violations + b_viol
-    return StageResult("soundness", total == 0, detail, checked=cells + b_cells, failures=total)
+    return StageResult(Stage.SOUNDNESS, total == 0, detail, checked=cells + b_cells,
+                       failures=total)
 
 
 def attention_stages(run: LiveRun, *, tokens: int) -> tuple[StageResult, StageResult, StageResult]:
@@ -235,6 +318,13 @@ def attention_stages(run: LiveRun, *, tokens: int) -> tuple[StageResult, StageRe
 
     A composite gate (a hybrid model's) folds these into its own stages in the fixed order;
     :func:`run_gate` is the ordered gate for a pure attention run.
+
+    Args:
+        run: what a :class:`~witcert_adapters.hf.Probe` observed.
+        tokens: tokens processed (prefill plus decode steps).
+
+    Returns:
+        ``(coverage, magnitude, soundness)``, each evaluated whatever the others say.
     """
     return _coverage(run, tokens), _magnitude(run), _soundness(run)
 
@@ -251,15 +341,13 @@ def run_gate(run: LiveRun, *, tokens: int) -> GateVerdict:
         A :class:`GateVerdict`; stages after the first failure are not evaluated.
 
     Raises:
-        InvalidValueError: ``tokens`` not positive.
+        InvalidValueError: ``tokens`` not a positive int.
+
+    Example:
+        >>> # with attach(model, scheme="int8_token", audit=True) as probe:
+        >>> #     model(ids, cache=probe.new_cache()); run = probe.result()
+        >>> # run_gate(run, tokens=ids.shape[1]).accepted
     """
-    if tokens < 1:
-        raise InvalidValueError("tokens", tokens, "must be >= 1")
-    cov = _coverage(run, tokens)
-    if not cov.passed:
-        return GateVerdict((cov, StageResult("magnitude", None, "coverage failed"),
-                            StageResult("soundness", None, "coverage failed")))
-    mag = _magnitude(run)
-    if not mag.passed:
-        return GateVerdict((cov, mag, StageResult("soundness", None, "magnitude failed")))
-    return GateVerdict((cov, mag, _soundness(run)))
+    tokens = positive_int("tokens", tokens)
+    return ordered_verdict(_coverage(run, tokens), lambda: _magnitude(run),
+                           lambda: _soundness(run))

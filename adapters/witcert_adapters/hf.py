@@ -39,81 +39,293 @@ the adaptive-safe one and is always reported next to it.
 No per-layer host synchronisation: results stay as tensors until :meth:`Probe.result`
 (Tier B syncs once per forward call, to admit the forward's reading).
 
+Records: every write and every metered call appends one frozen step record
+(:class:`WriteStep`, :class:`ReadStep`, :class:`TierBStep`, :class:`AuditStep`) to the
+layer's :class:`LayerLog`; :meth:`Probe.result` converts each log once into the layer's
+:class:`~witcert_adapters.records.LayerRecord` of numpy values.
+
 Main declarations
 -----------------
 - :class:`WitnessCache`: the write path.
 - :class:`Probe`: attaches hooks, owns the cache, collects a :class:`LiveRun`.
-- :class:`LiveRun`: per-layer arrays of witnesses, meters and (audited) true errors.
+- :class:`LiveRun`: one :class:`~witcert_adapters.records.LayerRecord` per attention layer
+  (witnesses, meters, Tier-B cells, audited true errors) and the Tier-B events.
 - :class:`TierBEvent`: one forward's probabilistic certificate and its ledger admission.
+- :class:`LayerLog` and its step records :class:`WriteStep`, :class:`ReadStep`,
+  :class:`TierBStep`, :class:`AuditStep`: the per-layer accumulator while the model runs.
 - :func:`attach`: context manager around :class:`Probe`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any, final
+from typing import Any, TypeAlias, final
 
-import numpy as np
-import numpy.typing as npt
 import torch
+from torch.utils.hooks import RemovableHandle
 from transformers import DynamicCache
 
 from witcert_adapters.architectures import ArchSpec, spec_for
-from witcert_adapters.schemes import Scheme, WriteContext, get_scheme
+from witcert_adapters.records import (
+    AuditRecord,
+    FloatArray,
+    LayerRecord,
+    ReadRecord,
+    TierBRecord,
+    WriteRecord,
+)
+from witcert_adapters.runs import MemoryKind, ProbePath, Site, observed_sites
+from witcert_adapters.schemes import EntryRole, Scheme, WriteContext, get_scheme
+from witcert_calculus.budget import Probability
 from witcert_calculus.contracts import Reading
-from witcert_calculus.dither import GRID_MEAN, NON_ADAPTIVE
+from witcert_calculus.dither import NON_ADAPTIVE
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.ledger import Admission, RiskLedger
+from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
+from witcert_calculus.records import Admission
 from witcert_calculus.theorems import DITHER_LOGIT_TAIL, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.tiers import Composition, Premise, Proof, Restricted
-from witcert_kernels.meter import band_norms, l2_norm, logit_bound, round_up_f32, tv_bounds
+from witcert_calculus.validation import positive_int
+from witcert_kernels.dither import tier_b_logit_bound
+from witcert_kernels.meter import band_norms, l2_norm, logit_bound, round_up_f32, tv_bounds_batch
 
-__all__ = ["LayerLog", "LiveRun", "Probe", "TierBEvent", "WitnessCache", "attach"]
+__all__ = ["AuditStep", "LayerLog", "LiveRun", "Probe", "ReadStep", "TierBEvent", "TierBStep",
+           "WitnessCache", "WriteStep", "attach"]
+
+PreHook: TypeAlias = Callable[[Any, tuple[Any, ...], dict[str, Any]], None]
+PostHook: TypeAlias = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
 
 
-FloatArray = npt.NDArray[np.float64]
+def _cat(xs: list[torch.Tensor], dim: int) -> torch.Tensor:
+    return xs[0] if len(xs) == 1 else torch.cat(xs, dim=dim)
 
 
-def _tensors() -> list[torch.Tensor]:
+def _cat_np(xs: list[torch.Tensor]) -> FloatArray:
+    # Steps joined along the cell axis, as float64 numpy (once, when a run is collected).
+    return _cat(xs, dim=-1).to(torch.float64).numpy()
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class WriteStep:
+    """One ``Cache.update`` call of one layer as recorded (tensors; float32 witnesses).
+
+    Attributes:
+        tokens: entries written.
+        witnesses: per logit part, band witnesses ``[B, Hkv, T, bands]``, rounded up.
+        witness_full: ``||k_hat - k||`` of the first logit slot per token ``[B, Hkv, T]``.
+        value_res / value_norm: dense memories: ``||v_hat - v||`` and ``||v||`` per token;
+            ``None`` for a latent memory.
+        exact: with ``audit=True``, the exact ``(key_states, value_states)``; else ``None``.
+        dither_scales: a dithered key store's float16 block scales ``[B, Hkv, T, nb]`` as
+            stored; ``None`` for any other scheme.
+        dither_cast: with a dithered store, ``||fl(x_hat) - x_hat||`` per token (the
+            deterministic rounding of the reconstruction to the model's dtype).
+    """
+
+    tokens: int
+    witnesses: tuple[torch.Tensor, ...]
+    witness_full: torch.Tensor
+    value_res: torch.Tensor | None = None
+    value_norm: torch.Tensor | None = None
+    exact: tuple[torch.Tensor, torch.Tensor] | None = None
+    dither_scales: torch.Tensor | None = None
+    dither_cast: torch.Tensor | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReadStep:
+    """One metered forward call of one layer (Tier A), cells ``[B, H, Q]``.
+
+    Attributes:
+        rows: query rows metered (``Q``).
+        meter / one_sided / two_sided: the raw min-form TV bound and its two forms.
+        c_max: ``max_t c_t`` per cell.
+        positions: the call's query positions ``[Q]``.
+        q_norm: the largest norm of the first logit slot's query (a 0-d tensor).
+        out_bound: the attention-output error bound (dense memories), else ``None``.
+    """
+
+    rows: int
+    meter: torch.Tensor
+    one_sided: torch.Tensor
+    two_sided: torch.Tensor
+    c_max: torch.Tensor
+    positions: torch.Tensor
+    q_norm: torch.Tensor
+    out_bound: torch.Tensor | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class TierBStep:
+    """One forward call's Tier-B cells of one layer.
+
+    Attributes:
+        meter: raw Tier-B min-form bound ``[B, H, Q]``.
+        delta_loc: the per-cell failure probability of each row ``[Q]``.
+    """
+
+    meter: torch.Tensor
+    delta_loc: torch.Tensor
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class AuditStep:
+    """One forward call's true errors of one layer, cells ``[B, H, Q]``.
+
+    Attributes:
+        true_tv: true TV against exact attention.
+        true_out: true attention-output error (dense memories), else ``None``.
+    """
+
+    true_tv: torch.Tensor
+    true_out: torch.Tensor | None = None
+
+
+def _write_steps() -> list[WriteStep]:
     return []
 
 
-def _nested() -> list[list[torch.Tensor]]:
+def _read_steps() -> list[ReadStep]:
+    return []
+
+
+def _tier_b_steps() -> list[TierBStep]:
+    return []
+
+
+def _audit_steps() -> list[AuditStep]:
     return []
 
 
 @dataclass(slots=True)
 class LayerLog:
-    """Mutable per-layer accumulator (one per layer; never shared between layers)."""
+    """Mutable per-layer accumulator (one per layer; never shared between layers).
 
-    writes: int = 0
-    reads: int = 0
-    witnesses: list[list[torch.Tensor]] = field(default_factory=_nested)  # per part, per write
-    exact: list[list[torch.Tensor]] = field(default_factory=_nested)  # per slot, per write (audit)
-    value_res: list[torch.Tensor] = field(default_factory=_tensors)
-    value_norm: list[torch.Tensor] = field(default_factory=_tensors)
-    meter: list[torch.Tensor] = field(default_factory=_tensors)  # [B, H, Q] raw min-form
-    one_sided: list[torch.Tensor] = field(default_factory=_tensors)
-    two_sided: list[torch.Tensor] = field(default_factory=_tensors)
-    c_max: list[torch.Tensor] = field(default_factory=_tensors)
-    out_bound: list[torch.Tensor] = field(default_factory=_tensors)
-    true_tv: list[torch.Tensor] = field(default_factory=_tensors)
-    true_out: list[torch.Tensor] = field(default_factory=_tensors)
-    positions: list[torch.Tensor] = field(default_factory=_tensors)
-    witness_full: list[torch.Tensor] = field(default_factory=_tensors)  # ||k_hat - k|| per token
-    q_norm: list[torch.Tensor] = field(default_factory=_tensors)  # max query norm per call
-    last_p: torch.Tensor | None = None  # p_tilde of the most recent query row [B, H, S]
-    last_c: torch.Tensor | None = None  # c of the most recent query row [B, H, S]
-    dither_scales: list[torch.Tensor] = field(default_factory=_tensors)  # [B, Hkv, S, nb] fp16
+    Every call appends one step record (:class:`WriteStep` per ``Cache.update``,
+    :class:`ReadStep`, :class:`TierBStep` and :class:`AuditStep` per metered forward call);
+    only the final query row's probabilities and bounds are kept, overwritten per call.
+    :meth:`record` converts the steps into the layer's :class:`LayerRecord` once.
+
+    Attributes:
+        written / metered / tier_b_steps / audited: the step records, in call order.
+        last_p / last_c: ``p_tilde`` and ``c`` of the most recent query row ``[B, H, S]``.
+        last_u: the Tier-B ``c`` (radius plus undithered parts) of that row.
+        dither_block: the dithered key store's block size (0 without one).
+    """
+
+    written: list[WriteStep] = field(default_factory=_write_steps)
+    metered: list[ReadStep] = field(default_factory=_read_steps)
+    tier_b_steps: list[TierBStep] = field(default_factory=_tier_b_steps)
+    audited: list[AuditStep] = field(default_factory=_audit_steps)
+    last_p: torch.Tensor | None = None
+    last_c: torch.Tensor | None = None
+    last_u: torch.Tensor | None = None
     dither_block: int = 0
-    dither_cast: list[torch.Tensor] = field(default_factory=_tensors)  # ||fl(x_hat) - x_hat||
-    tier_b: list[torch.Tensor] = field(default_factory=_tensors)  # [B, H, Q] raw min-form
-    tier_b_dloc: list[torch.Tensor] = field(default_factory=_tensors)  # [Q] delta_loc per row
-    last_u: torch.Tensor | None = None  # Tier-B c (radius + undithered parts), last row [B, H, S]
+
+    @property
+    def writes(self) -> int:
+        """Tokens written so far."""
+        return sum(step.tokens for step in self.written)
+
+    @property
+    def reads(self) -> int:
+        """Query rows metered so far."""
+        return sum(step.rows for step in self.metered)
+
+    def add_write(self, step: WriteStep) -> None:
+        """Append one write call's records."""
+        self.written.append(step)
+
+    def add_read(self, step: ReadStep, *, last_p: torch.Tensor, last_c: torch.Tensor) -> None:
+        """Append one metered call and keep its final row's ``p_tilde`` and ``c``."""
+        self.metered.append(step)
+        self.last_p = last_p
+        self.last_c = last_c
+
+    def add_tier_b(self, step: TierBStep, *, last_u: torch.Tensor) -> None:
+        """Append one call's Tier-B cells and keep its final row's ``c``."""
+        self.tier_b_steps.append(step)
+        self.last_u = last_u
+
+    def add_audit(self, step: AuditStep) -> None:
+        """Append one call's true errors."""
+        self.audited.append(step)
+
+    def witnesses(self, part: int) -> torch.Tensor:
+        """Band witnesses of logit part ``part`` over every written token ``[B, Hkv, S, bands]``."""
+        return _cat([step.witnesses[part] for step in self.written], dim=2)
+
+    def exact(self, slot: int) -> torch.Tensor:
+        """The exact entries of cache slot ``slot`` (0 keys, 1 values) ``[B, Hkv, S, d]``.
+
+        Raises:
+            InvalidValueError: the cache did not keep exact entries (``audit=False``).
+        """
+        kept = [step.exact[slot] for step in self.written if step.exact is not None]
+        if not kept:
+            raise InvalidValueError("audit", False, "no exact entries were kept")
+        return _cat(kept, dim=2)
+
+    def value_residuals(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(||v_hat - v||, ||v||)`` per written token ``[B, Hkv, S]`` (dense memories).
+
+        Raises:
+            InvalidValueError: the layout has no value slot.
+        """
+        res = [step.value_res for step in self.written if step.value_res is not None]
+        norm = [step.value_norm for step in self.written if step.value_norm is not None]
+        if not res or not norm:
+            raise InvalidValueError("value_slot", None, "no value residuals were recorded")
+        return _cat(res, dim=2), _cat(norm, dim=2)
+
+    @property
+    def dither_scales(self) -> list[torch.Tensor]:
+        """The dithered key store's float16 block scales, one tensor per write call."""
+        return [step.dither_scales for step in self.written if step.dither_scales is not None]
+
+    @property
+    def dither_cast(self) -> list[torch.Tensor]:
+        """``||fl(x_hat) - x_hat||`` per token, one tensor per write call."""
+        return [step.dither_cast for step in self.written if step.dither_cast is not None]
+
+    def record(self, layer: int) -> LayerRecord:
+        """The layer's :class:`LayerRecord` (numpy), one sub-record per path with data."""
+        write = read = tier_b = audit = None
+        if self.written:
+            write = WriteRecord(
+                self.writes,
+                witness_max=max(float(torch.cat([s.witnesses[i].reshape(-1) for s in self.written])
+                                      .max()) for i in range(len(self.written[0].witnesses))),
+                witness_full_max=float(torch.cat([s.witness_full.reshape(-1)
+                                                  for s in self.written]).max()))
+        steps = self.metered
+        if steps and self.last_p is not None and self.last_c is not None:
+            bounds = [s.out_bound for s in steps if s.out_bound is not None]
+            read = ReadRecord(
+                self.reads, meter=_cat_np([s.meter for s in steps]),
+                one_sided=_cat_np([s.one_sided for s in steps]),
+                two_sided=_cat_np([s.two_sided for s in steps]),
+                c_max=_cat_np([s.c_max for s in steps]),
+                positions=torch.cat([s.positions for s in steps]).numpy(),
+                q_norm_max=float(torch.stack([s.q_norm for s in steps]).max()),
+                last_p=self.last_p.to(torch.float64).numpy(), last_c=self.last_c.numpy(),
+                out_bound=_cat_np(bounds) if bounds else None)
+        if self.tier_b_steps and self.last_u is not None:
+            tier_b = TierBRecord(_cat_np([s.meter for s in self.tier_b_steps]),
+                                 delta_loc=_cat_np([s.delta_loc for s in self.tier_b_steps]),
+                                 last_u=self.last_u.numpy())
+        if self.audited:
+            outs = [s.true_out for s in self.audited if s.true_out is not None]
+            audit = AuditRecord(_cat_np([s.true_tv for s in self.audited]),
+                                true_out=_cat_np(outs) if outs else None)
+        return LayerRecord(layer, write=write, read=read, tier_b=tier_b, audit=audit)
 
 
 class WitnessCache(DynamicCache):
@@ -158,44 +370,39 @@ class WitnessCache(DynamicCache):
                                     "the cache has no registered attention layout")
         start = self.get_seq_length(layer_idx) if layer_idx < len(self.layers) else 0
         slots = (key_states, value_states)
-        roles = ("key", "value")
         log = self.log(layer_idx)
-        ctxs = [WriteContext(self.request_id, layer_idx, start, role) for role in roles]
+        ctx_k, ctx_v = (WriteContext(self.request_id, layer_idx, start, role)
+                        for role in (EntryRole.KEY, EntryRole.VALUE))
+        scales = cast = None
         if self.scheme.dithered is not None:
-            enc = self.scheme.encode_keys(key_states, ctxs[0])
-            log.dither_scales.append(enc.scales)
+            enc = self.scheme.encode_keys(key_states, ctx_k)
+            scales = enc.scales
             log.dither_block = enc.block_size
             k_hat = enc.x_hat.to(key_states.dtype)
             # The model reads the reconstruction rounded to its dtype; that rounding is not
             # dither noise, so it enters the Tier-B bound as a deterministic witness.
-            log.dither_cast.append(round_up_f32(l2_norm(k_hat.to(torch.float64) - enc.x_hat)))
-            hats = (k_hat, self.scheme(value_states, ctxs[1]))
+            cast = round_up_f32(l2_norm(k_hat.to(torch.float64) - enc.x_hat))
+            hats = (k_hat, self.scheme(value_states, ctx_v))
         else:
-            hats = (self.scheme(key_states, ctxs[0]), self.scheme(value_states, ctxs[1]))
-        if not log.witnesses:
-            log.witnesses = [[] for _ in spec.parts]
-            log.exact = [[], []]
-        for i, part in enumerate(spec.parts):
+            hats = (self.scheme(key_states, ctx_k), self.scheme(value_states, ctx_v))
+        witnesses: list[torch.Tensor] = []
+        for part in spec.parts:
             r = hats[part.slot].to(torch.float64) - slots[part.slot].to(torch.float64)
-            log.witnesses[i].append(round_up_f32(band_norms(r, bands=part.bands, layout=part.layout)))
+            witnesses.append(round_up_f32(band_norms(r, bands=part.bands, layout=part.layout)))
         first = spec.parts[0]
         r0 = hats[first.slot].to(torch.float64) - slots[first.slot].to(torch.float64)
-        log.witness_full.append(round_up_f32(l2_norm(r0)))
+        value_res = value_norm = None
         if spec.value_slot is not None:
             v, vh = slots[spec.value_slot], hats[spec.value_slot]
-            rho = l2_norm(vh.to(torch.float64) - v.to(torch.float64))
-            log.value_res.append(round_up_f32(rho))
-            log.value_norm.append(round_up_f32(l2_norm(v.to(torch.float64))))
-        if self.audit:
-            log.exact[0].append(key_states.detach())
-            log.exact[1].append(value_states.detach())
-        log.writes += key_states.shape[-2]
+            value_res = round_up_f32(l2_norm(vh.to(torch.float64) - v.to(torch.float64)))
+            value_norm = round_up_f32(l2_norm(v.to(torch.float64)))
+        log.add_write(WriteStep(
+            key_states.shape[-2], tuple(witnesses), round_up_f32(l2_norm(r0)),
+            value_res=value_res, value_norm=value_norm,
+            exact=(key_states.detach(), value_states.detach()) if self.audit else None,
+            dither_scales=scales, dither_cast=cast))
         return super().update(  # pyright: ignore[reportUnknownMemberType]
             hats[0], hats[1], layer_idx, *args, **kwargs)
-
-
-def _cat(xs: list[torch.Tensor], dim: int) -> torch.Tensor:
-    return xs[0] if len(xs) == 1 else torch.cat(xs, dim=dim)
 
 
 def _expand_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -227,19 +434,24 @@ class TierBEvent:
     admission: Admission
 
 
-def _float_down(x: Fraction) -> float:
-    # The largest float not above x (delta_loc rounded down keeps the union bound sound).
-    f = float(x)
-    return f if Fraction(f) <= x else float(np.nextafter(f, 0.0))
+def _float_down(delta: Probability, parts: int) -> float:
+    # delta / parts, rounded down once: a smaller delta_loc keeps the union over the parts
+    # within delta.
+    return delta.split(parts).float_down()
 
 
-def tier_b_evidence(delta_loc: float) -> Composition:
-    """Evidence of a Tier-B reading: sub-Gaussian radius (non-adaptive) + the TV forms."""
+def tier_b_evidence(delta_loc: Probability) -> Composition:
+    """Evidence of a Tier-B reading: sub-Gaussian radius (non-adaptive) + the TV forms.
+
+    ``delta_loc`` is the exact per-cell share of the forward's allowance; the premise
+    states the float it rounds down to, which is the one the radius was computed with.
+    """
     return Composition(
         (Restricted(Proof(DITHER_LOGIT_TAIL, (
             Premise("subtractive dither, xi regenerated from the same Philox stream", True),
             Premise(f"|eps_t| <= u_t for every visible token of every cell except with "
-                    f"probability delta_loc <= {delta_loc!r} per cell (union bound)", True))),
+                    f"probability delta_loc <= {delta_loc.float_down()!r} per cell "
+                    "(union bound)", True))),
             subset=NON_ADAPTIVE),
          Proof(TV_EFORM_SOUND, (Premise("c_t = u_t >= |eps_t| on the event above", True),)),
          Proof(TV_TWO_SIDED_SOUND, (Premise("c_t = u_t >= |eps_t| on the event above", True),))),
@@ -249,66 +461,78 @@ def tier_b_evidence(delta_loc: float) -> Composition:
 @final
 @dataclass(frozen=True, slots=True)
 class LiveRun:
-    """What one probed run observed, as numpy arrays (one entry per attention layer).
+    """What one probed request observed: one :class:`LayerRecord` per attention layer.
 
-    Cells are indexed ``[batch, head, position]``; positions are absolute query positions.
+    Satisfies :class:`~witcert_adapters.runs.ProbeRun`; cells are indexed
+    ``[batch, head, position]``, positions are absolute query positions.
 
     Attributes:
         scheme: the scheme's name.
-        memory_class: ``"dense"`` or ``"latent"``.
-        layers: the observed layer indices, sorted.
-        declared: the ``(layer, path)`` pairs the probe declared it would observe.
-        observed: the ``(layer, path)`` pairs that produced data.
-        writes / reads: per-layer counters (tokens written, query rows metered).
-        meter: per layer, raw min-form TV bound ``[B, H, T]`` (inf = overflow/saturation).
-        one_sided / two_sided: the two forms behind :attr:`meter`.
-        c_max: per layer, ``max_t c_t`` per cell (logit sup-norm bound).
-        witness_max: per layer, the largest band witness seen.
-        out_bound / true_out: per layer, attention-output bound and true error (dense only).
-        true_tv: per layer, true TV against exact attention (audit only).
-        positions: per layer, the positions ``[T]``.
-        witness_full_max / q_norm_max: per layer, the largest full-residual witness of the
-            first logit slot and the largest norm of its query (inputs of the coarse chain).
-        last_p / last_c: per layer, ``p_tilde`` and ``c`` of the final query row ``[B, H, S]``.
-        tier_b: per layer, raw Tier-B (probabilistic) min-form bound ``[B, H, T]``; empty
-            unless the scheme is dithered and the probe was given a ledger.
-        tier_b_delta_loc: per layer, the per-cell failure probability of each row ``[T]``.
-        tier_b_events: one :class:`TierBEvent` per forward call, in order.
-        last_u: per layer, the Tier-B per-token bound ``c_t`` of the final query row.
+        memory_class: :attr:`MemoryKind.DENSE` or :attr:`MemoryKind.LATENT`.
+        declared: the ``(layer, path)`` sites the probe declared it would observe.
+        records: one record per layer that produced data, keyed by layer index (each
+            record's write, read, Tier-B and audit sub-records; see
+            :mod:`witcert_adapters.records`).
+        tier_b_events: one :class:`TierBEvent` per forward call, in order; empty unless the
+            scheme is dithered and the probe was given a ledger.
+
+    Raises:
+        InvalidValueError: a record is filed under another layer's index.
     """
 
     scheme: str
-    memory_class: str
-    layers: tuple[int, ...]
-    declared: frozenset[tuple[int, str]]
-    observed: frozenset[tuple[int, str]]
-    writes: dict[int, int]
-    reads: dict[int, int]
-    meter: dict[int, FloatArray]
-    one_sided: dict[int, FloatArray]
-    two_sided: dict[int, FloatArray]
-    c_max: dict[int, FloatArray]
-    witness_max: dict[int, float]
-    out_bound: dict[int, FloatArray]
-    true_tv: dict[int, FloatArray]
-    true_out: dict[int, FloatArray]
-    positions: dict[int, npt.NDArray[np.int64]]
-    witness_full_max: dict[int, float]
-    q_norm_max: dict[int, float]
-    last_p: dict[int, FloatArray]
-    last_c: dict[int, FloatArray]
-    tier_b: dict[int, FloatArray] = field(default_factory=dict[int, FloatArray])
-    tier_b_delta_loc: dict[int, FloatArray] = field(default_factory=dict[int, FloatArray])
+    memory_class: MemoryKind
+    declared: frozenset[Site]
+    records: Mapping[int, LayerRecord]
     tier_b_events: tuple[TierBEvent, ...] = ()
-    last_u: dict[int, FloatArray] = field(default_factory=dict[int, FloatArray])
+
+    def __post_init__(self) -> None:
+        for key, rec in self.records.items():
+            if key != rec.layer:
+                raise InvalidValueError(f"records[{key}]", f"record of layer {rec.layer}",
+                                        "must be filed under its own layer index")
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The layers with a read-side record (metered rows), sorted."""
+        return tuple(sorted(k for k, rec in self.records.items() if rec.read is not None))
+
+    @property
+    def tier_b_layers(self) -> tuple[int, ...]:
+        """The layers with a Tier-B record, sorted."""
+        return tuple(sorted(k for k, rec in self.records.items() if rec.tier_b is not None))
+
+    @property
+    def observed(self) -> frozenset[Site]:
+        """The ``(layer, path)`` sites that produced data."""
+        return observed_sites(self.records.values())
+
+    def read(self, layer: int) -> ReadRecord:
+        """Layer ``layer``'s read-side record.
+
+        Raises:
+            InvalidValueError: the layer metered no row.
+        """
+        rec = self.records.get(layer)
+        if rec is None or rec.read is None:
+            raise InvalidValueError("layer", layer, f"metered no row; metered: {self.layers}")
+        return rec.read
 
     def reported(self, layer: int) -> FloatArray:
         """The reported meter ``min(1, raw)`` of a layer."""
-        return np.minimum(1.0, self.meter[layer])
+        return self.read(layer).reported()
 
     def reported_tier_b(self, layer: int) -> FloatArray:
-        """The reported Tier-B bound ``min(1, raw)`` of a layer."""
-        return np.minimum(1.0, self.tier_b[layer])
+        """The reported Tier-B bound ``min(1, raw)`` of a layer.
+
+        Raises:
+            InvalidValueError: the layer has no Tier-B record.
+        """
+        rec = self.records.get(layer)
+        if rec is None or rec.tier_b is None:
+            raise InvalidValueError("layer", layer,
+                                    f"has no Tier-B record; Tier-B layers: {self.tier_b_layers}")
+        return rec.tier_b.reported()
 
 
 class Probe:
@@ -339,8 +563,7 @@ class Probe:
         config = model.config
         spec = spec_for(config.model_type)
         if bands is not None:
-            if bands < 1:
-                raise InvalidValueError("bands", bands, "must be >= 1")
+            bands = positive_int("bands", bands)
             spec = replace(spec, parts=tuple(replace(p, bands=bands) if p.bands > 1 else p
                                              for p in spec.parts))
         self.spec = spec
@@ -354,7 +577,7 @@ class Probe:
         self.audit = audit
         self.cache: WitnessCache | None = None
         self._pending: dict[int, tuple[tuple[torch.Tensor, ...], int]] = {}
-        self._handles: list[Any] = []
+        self._handles: list[RemovableHandle] = []
         self.attention = self._find_attention(model)
         self.ledger = ledger
         self.tier_b = ledger is not None and self.scheme is not None \
@@ -362,7 +585,7 @@ class Probe:
         if self.tier_b:
             assert ledger is not None
             ledger.require_known(request_id)
-        self._event_delta: Fraction | None = None
+        self._event_delta: Probability | None = None
         self._event_max: list[torch.Tensor] = []
         self._event_rows = 0
         self._events: list[TierBEvent] = []
@@ -386,10 +609,10 @@ class Probe:
                 found.append((idx, module))
         return sorted(found, key=lambda t: t[0])
 
-    def declared(self) -> frozenset[tuple[int, str]]:
-        """The ``(layer, path)`` pairs this probe promises to observe."""
-        paths = ["write", "read"] + (["audit"] if self.audit else []) + \
-            (["tier_b"] if self.tier_b else [])
+    def declared(self) -> frozenset[Site]:
+        """The ``(layer, path)`` sites this probe promises to observe."""
+        paths = [ProbePath.WRITE, ProbePath.READ] + ([ProbePath.AUDIT] if self.audit else []) \
+            + ([ProbePath.TIER_B] if self.tier_b else [])
         return frozenset((layer, p) for layer, _ in self.attention for p in paths)
 
     def new_cache(self) -> WitnessCache:
@@ -413,7 +636,8 @@ class Probe:
 
     def _begin_event(self, module: Any, args: Any) -> None:
         assert self.ledger is not None
-        self._event_delta = self.ledger.next_allowance(self.request_id)
+        self._event_delta = Probability.of(self.ledger.next_allowance(self.request_id),
+                                           name="allowance")
         self._event_max = []
         self._event_rows = 0
 
@@ -425,16 +649,12 @@ class Probe:
             return
         raw = float(torch.stack(self._event_max).max())
         rows = self._event_rows
-        dloc = _float_down(delta / (len(self.attention) * rows))
-        reading = Reading(AttentionTV[AtConsume], raw, evidence=tier_b_evidence(dloc), delta=delta)
+        evidence = tier_b_evidence(delta.split(len(self.attention) * rows))
+        reading = Reading(AttentionTV[AtConsume], raw, evidence=evidence, delta=delta.exact)
         admission = self.ledger.admit(self.request_id, reading)
-        self._events.append(TierBEvent(len(self._events), delta, rows, reading, admission))
+        self._events.append(TierBEvent(len(self._events), delta.exact, rows, reading, admission))
 
-    def layer_key(self, layer: int) -> int:
-        """The accumulator a layer's readings go to (the identity; a test overrides it)."""
-        return layer
-
-    def _make_pre(self, layer: int) -> Any:
+    def _make_pre(self, layer: int) -> PreHook:
         def pre(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
             pos = kwargs.get("position_embeddings")
@@ -446,7 +666,7 @@ class Probe:
                 self._pending[layer] = (self.spec.queries(module, hidden, pos), start)
         return pre
 
-    def _make_post(self, layer: int) -> Any:
+    def _make_post(self, layer: int) -> PostHook:
         def post(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
             cache = self.cache
             if cache is None:
@@ -461,39 +681,35 @@ class Probe:
 
     def _meter(self, layer: int, module: Any, queries: tuple[torch.Tensor, ...], start: int,
                p_tilde: torch.Tensor, cache: WitnessCache) -> None:
-        src = cache.log(layer)
-        log = cache.log(self.layer_key(layer))
+        log = cache.log(layer)
         heads = p_tilde.shape[1]
         q_len = p_tilde.shape[2]
         scale = float(module.scaling)
         c = torch.zeros(p_tilde.shape, dtype=torch.float64)
         c_parts: list[torch.Tensor] = []
         for i, part in enumerate(self.spec.parts):
-            w = _expand_heads(_cat(src.witnesses[i], dim=2), heads).unsqueeze(2)
+            w = _expand_heads(log.witnesses(i), heads).unsqueeze(2)
             qb = band_norms(queries[i], bands=part.bands, layout=part.layout)
             c_parts.append(logit_bound(qb, w, scale=scale))
             c = c + c_parts[-1]
-        bounds = tv_bounds(p_tilde, c, check=False)  # validated once per run by the gate
-        if self.tier_b and self._event_delta is not None and src.dither_scales:
-            self._tier_b(log, src, queries, c_parts, p_tilde, start, scale, heads)
-        log.meter.append(bounds.meter)
-        log.one_sided.append(bounds.one_sided)
-        log.two_sided.append(bounds.two_sided)
-        log.c_max.append(c.amax(dim=-1))
-        log.positions.append(torch.arange(start, start + q_len))
-        log.q_norm.append(l2_norm(queries[0].to(torch.float64)).amax())
-        log.last_p = p_tilde[:, :, -1, :]
-        log.last_c = c[:, :, -1, :]
-        log.reads += q_len
+        bounds = tv_bounds_batch(p_tilde, c, check=False)  # validated once per run by the gate
+        if self.tier_b and self._event_delta is not None and log.dither_scales:
+            self._tier_b(log, log, queries, c_parts, p_tilde, start, scale, heads)
         p64 = p_tilde.to(torch.float64)
         p64 = p64 / p64.sum(dim=-1, keepdim=True)
+        out_bound = None
         if self.spec.value_slot is not None:
-            rho = _expand_heads(_cat(src.value_res, dim=2), heads).to(torch.float64)
-            vmax = _expand_heads(_cat(src.value_norm, dim=2), heads).to(torch.float64).amax(dim=-1)
+            res, norm = log.value_residuals()
+            rho = _expand_heads(res, heads).to(torch.float64)
+            vmax = _expand_heads(norm, heads).to(torch.float64).amax(dim=-1)
             tv = torch.clamp(bounds.meter, max=1.0)
-            log.out_bound.append(2.0 * tv * vmax.unsqueeze(-1) + torch.einsum("bhqs,bhs->bhq", p64, rho))
+            out_bound = 2.0 * tv * vmax.unsqueeze(-1) + torch.einsum("bhqs,bhs->bhq", p64, rho)
+        log.add_read(ReadStep(q_len, bounds.meter, bounds.eform, bounds.two_sided,
+                              c.amax(dim=-1), torch.arange(start, start + q_len),
+                              l2_norm(queries[0].to(torch.float64)).amax(), out_bound),
+                     last_p=p_tilde[:, :, -1, :], last_c=c[:, :, -1, :])
         if self.audit:
-            self._audit(layer, log, src, queries, start, p64, cache, scale, heads)
+            self._audit(layer, log, queries, start, cache, scale, heads)
 
     def _tier_b(self, log: LayerLog, src: LayerLog, queries: tuple[torch.Tensor, ...],
                 c_parts: list[torch.Tensor], p_tilde: torch.Tensor, start: int, scale: float,
@@ -503,40 +719,26 @@ class Probe:
         rows = heads * q_len
         # delta_loc = delta_i / (L * H * rows), rounded down; the union over this forward's
         # cells (every attention layer, head and query row) is at most delta_i.
-        dloc = _float_down(self._event_delta / (len(self.attention) * rows))
-        scales = _expand_heads(_cat(src.dither_scales, dim=2), heads).to(torch.float64)
-        s2 = scales * scales  # [B, H, S, nb]
-        visible = torch.arange(start + 1, start + q_len + 1, dtype=torch.float64)  # S_row
-        log_term = torch.log(2.0 * visible / dloc)  # [Q]
+        dloc = _float_down(self._event_delta, len(self.attention) * rows)
+        scales = _expand_heads(_cat(src.dither_scales, dim=2), heads)  # [B, H, S, nb] fp16
+        cast = _expand_heads(_cat(src.dither_cast, dim=2), heads)  # [B, H, S]
+        visible = torch.arange(start + 1, start + q_len + 1)  # S_row, the union bound's S
         cb = torch.zeros(p_tilde.shape, dtype=torch.float64)
         for i, part in enumerate(self.spec.parts):
             if part.slot != 0:  # not dithered: its deterministic Tier-A part
                 cb = cb + c_parts[i]
                 continue
-            q = queries[i].to(torch.float64)
-            nb = s2.shape[-1]
-            q2 = (q * q).reshape(*q.shape[:-1], nb, q.shape[-1] // nb).sum(dim=-1)  # [B,H,Q,nb]
-            var = (scale * scale) * torch.einsum("bhqn,bhsn->bhqs", q2, s2) / 12.0
-            cast = _expand_heads(_cat(src.dither_cast, dim=2), heads).to(torch.float64)
-            q_norm = l2_norm(q)  # [B, H, Q]
-            # The dither offset lies on a 2^-24 grid: the error's mean is at most
-            # s * 2^-25 per channel, a deterministic term next to the centred radius.
-            q_abs = q.abs().reshape(*q.shape[:-1], nb, q.shape[-1] // nb).sum(dim=-1)
-            mean = scale * torch.einsum("bhqn,bhsn->bhqs", q_abs, scales) * GRID_MEAN \
-                * (1.0 + 1e-12)
-            cb = cb + torch.sqrt(2.0 * var * log_term.view(1, 1, -1, 1)) + mean \
-                + scale * q_norm.unsqueeze(-1) * cast.unsqueeze(2)
-        tb = tv_bounds(p_tilde, cb, check=False)
-        log.tier_b.append(tb.meter)
-        log.last_u = cb[:, :, -1, :]
-        log.tier_b_dloc.append(torch.full((q_len,), dloc, dtype=torch.float64))
+            cb = cb + tier_b_logit_bound(queries[i], scales, cast, scale=scale, delta_loc=dloc,
+                                         visible=visible)
+        tb = tv_bounds_batch(p_tilde, cb, check=False)
+        log.add_tier_b(TierBStep(tb.meter, torch.full((q_len,), dloc, dtype=torch.float64)),
+                       last_u=cb[:, :, -1, :])
         self._event_max.append(tb.meter.amax())
         self._event_rows = q_len * heads
 
-    def _audit(self, layer: int, log: LayerLog, src: LayerLog, queries: tuple[torch.Tensor, ...],
-               start: int, p_model: torch.Tensor, cache: WitnessCache, scale: float,
-               heads: int) -> None:
-        exact_slots = [_cat(src.exact[s], dim=2) for s in (0, 1)]
+    def _audit(self, layer: int, log: LayerLog, queries: tuple[torch.Tensor, ...], start: int,
+               cache: WitnessCache, scale: float, heads: int) -> None:
+        exact_slots = [log.exact(0), log.exact(1)]
         stored: Any = cache.layers[layer]
         hat_slots: list[torch.Tensor] = [stored.keys, stored.values]
         q_len = queries[0].shape[2]
@@ -555,81 +757,29 @@ class Probe:
         logits_hat = logits_hat.masked_fill(masked, float("-inf"))
         p = torch.softmax(logits, dim=-1)
         ph = torch.softmax(logits_hat, dim=-1)
-        log.true_tv.append(0.5 * (p - ph).abs().sum(dim=-1))
+        true_out = None
         if self.spec.value_slot is not None:
             v = _expand_heads(exact_slots[self.spec.value_slot], heads).to(torch.float64)
             vh = _expand_heads(hat_slots[self.spec.value_slot], heads).to(torch.float64)
             y = torch.einsum("bhqs,bhsd->bhqd", p, v)
             yh = torch.einsum("bhqs,bhsd->bhqd", ph, vh)
-            log.true_out.append(l2_norm(y - yh))
-        del p_model
+            true_out = l2_norm(y - yh)
+        log.add_audit(AuditStep(0.5 * (p - ph).abs().sum(dim=-1), true_out))
 
     def result(self) -> LiveRun:
-        """Collect what the current cache observed into a :class:`LiveRun`."""
+        """Collect what the current cache observed into a :class:`LiveRun`.
+
+        Raises:
+            InvalidValueError: the adapter is switched off (no scheme) or no cache was opened.
+        """
         cache = self.cache
         if cache is None or self.scheme is None:
             raise InvalidValueError("probe", "detached", "nothing observed: no scheme or no cache")
-        observed: set[tuple[int, str]] = set()
-
-        def cat_np(xs: list[torch.Tensor]) -> FloatArray:
-            return _cat(xs, dim=-1).to(torch.float64).numpy()
-
-        meter: dict[int, FloatArray] = {}
-        one: dict[int, FloatArray] = {}
-        two: dict[int, FloatArray] = {}
-        cmax: dict[int, FloatArray] = {}
-        wmax: dict[int, float] = {}
-        ob: dict[int, FloatArray] = {}
-        ttv: dict[int, FloatArray] = {}
-        tout: dict[int, FloatArray] = {}
-        pos: dict[int, npt.NDArray[np.int64]] = {}
-        wfull: dict[int, float] = {}
-        qmax: dict[int, float] = {}
-        lp: dict[int, FloatArray] = {}
-        lc: dict[int, FloatArray] = {}
-        tb: dict[int, FloatArray] = {}
-        tbd: dict[int, FloatArray] = {}
-        lu: dict[int, FloatArray] = {}
-        for layer, log in sorted(cache.logs.items()):
-            if log.writes:
-                observed.add((layer, "write"))
-                wfull[layer] = float(torch.cat([x.reshape(-1) for x in log.witness_full]).max())
-                wmax[layer] = float(max(float(torch.cat(
-                    [x.reshape(-1) for x in ws]).max()) for ws in log.witnesses))
-            if log.meter:
-                observed.add((layer, "read"))
-                meter[layer] = cat_np(log.meter)
-                one[layer] = cat_np(log.one_sided)
-                two[layer] = cat_np(log.two_sided)
-                cmax[layer] = cat_np(log.c_max)
-                pos[layer] = torch.cat(log.positions).numpy()
-                qmax[layer] = float(torch.stack(log.q_norm).max())
-                if log.last_p is not None and log.last_c is not None:
-                    lp[layer] = log.last_p.to(torch.float64).numpy()
-                    lc[layer] = log.last_c.numpy()
-                if log.out_bound:
-                    ob[layer] = cat_np(log.out_bound)
-            if log.tier_b:
-                observed.add((layer, "tier_b"))
-                tb[layer] = cat_np(log.tier_b)
-                tbd[layer] = cat_np(log.tier_b_dloc)
-                if log.last_u is not None:
-                    lu[layer] = log.last_u.numpy()
-            if log.true_tv:
-                observed.add((layer, "audit"))
-                ttv[layer] = cat_np(log.true_tv)
-                if log.true_out:
-                    tout[layer] = cat_np(log.true_out)
         return LiveRun(
             scheme=self.scheme.name, memory_class=self.spec.memory_class,
-            layers=tuple(sorted(meter)), declared=self.declared(), observed=frozenset(observed),
-            writes={k: v.writes for k, v in cache.logs.items()},
-            reads={k: v.reads for k, v in cache.logs.items()},
-            meter=meter, one_sided=one, two_sided=two, c_max=cmax, witness_max=wmax,
-            out_bound=ob, true_tv=ttv, true_out=tout, positions=pos,
-            witness_full_max=wfull, q_norm_max=qmax, last_p=lp, last_c=lc,
-            tier_b=tb, tier_b_delta_loc=tbd, tier_b_events=tuple(self._events), last_u=lu,
-        )
+            declared=self.declared(),
+            records={layer: log.record(layer) for layer, log in sorted(cache.logs.items())},
+            tier_b_events=tuple(self._events))
 
 
 @contextmanager

@@ -33,30 +33,44 @@ magnitude and soundness then run on both kinds of layer.
 
 Main declarations
 -----------------
-- :class:`RecurrentWitnessCache`, :class:`RecurrentProbe`, :class:`RecurrentRun`,
-  :func:`run_recurrent_gate`.
+- :class:`RecurrentWitnessCache`, :class:`RecurrentProbe`, :func:`run_recurrent_gate`.
+- :class:`RecurrentRun` and its per-layer record :class:`RecurrentLayerRecord`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, TypeAlias, final
 
 import numpy as np
 import numpy.typing as npt
 import torch
 import torch.nn.functional as F
+from torch.utils.hooks import RemovableHandle
 from transformers import DynamicCache
 
-from witcert_adapters.architectures import spec_for
-from witcert_adapters.gate import GateVerdict, StageResult, attention_stages
+from witcert_adapters.architectures import ArchSpec, spec_for
+from witcert_adapters.gate import (
+    GateVerdict,
+    Stage,
+    StageResult,
+    attention_stages,
+    ordered_verdict,
+    site_problems,
+)
 from witcert_adapters.hf import LiveRun, Probe, WitnessCache
-from witcert_adapters.schemes import Scheme, WriteContext, get_scheme
-from witcert_calculus.ledger import RiskLedger
+from witcert_adapters.runs import MemoryKind, ProbePath, Site, observed_sites
+from witcert_adapters.schemes import EntryRole, Scheme, WriteContext, get_scheme
+from witcert_calculus import RiskLedger
+from witcert_calculus.bridges import Recurrence, recurrence
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.metrics import AtConsume
+from witcert_calculus.validation import positive_int
 from witcert_kernels.meter import l2_norm, round_up_f32
 
-__all__ = ["RecurrentProbe", "RecurrentRun", "RecurrentWitnessCache", "run_recurrent_gate"]
+__all__ = ["RecurrentLayerRecord", "RecurrentProbe", "RecurrentRun", "RecurrentWitnessCache",
+           "run_recurrent_gate"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -80,7 +94,7 @@ class RecurrentWitnessCache(WitnessCache):
     """
 
     def __init__(self, *, config: Any, scheme: Scheme | None, request_id: int = 0,
-                 spec: Any = None, audit: bool = False) -> None:
+                 spec: ArchSpec | None = None, audit: bool = False) -> None:
         super().__init__(config=config, spec=spec, scheme=scheme, request_id=request_id,
                          audit=audit)
         self.writes: dict[int, int] = {}
@@ -92,7 +106,7 @@ class RecurrentWitnessCache(WitnessCache):
         if self.scheme is None:
             return state
         step = self.steps.get(layer_idx, 0)
-        hat = self.scheme(state, WriteContext(self.request_id, layer_idx, step, "state"))
+        hat = self.scheme(state, WriteContext(self.request_id, layer_idx, step, EntryRole.STATE))
         self.b.setdefault(layer_idx, []).append(round_up_f32(_fro(hat.to(torch.float64)
                                                                    - state.to(torch.float64))))
         self.writes[layer_idx] = self.writes.get(layer_idx, 0) + 1
@@ -110,48 +124,95 @@ class RecurrentWitnessCache(WitnessCache):
 
 @final
 @dataclass(frozen=True, slots=True)
+class RecurrentLayerRecord:
+    """What one recurrent layer produced during a request; arrays are ``[T, B, H]``.
+
+    Attributes:
+        layer: the layer index.
+        writes: state writes.
+        b: write witnesses ``||h_hat - h||`` per step (``None``: nothing written).
+        a: contraction coefficients per step (step 0 is the prefill write, whose
+            coefficient is 0: the error before the first write is 0); ``None``: no step read.
+        bound: composed bounds ``E_t = a_t E_{t-1} + b_t`` (``None`` unless both ``a`` and
+            ``b`` cover the same steps).
+        true_err: true errors against the exact twin (audit), else ``None``.
+    """
+
+    layer: int
+    writes: int
+    b: FloatArray | None = None
+    a: FloatArray | None = None
+    bound: FloatArray | None = None
+    true_err: FloatArray | None = None
+
+    @property
+    def paths(self) -> frozenset[ProbePath]:
+        """The paths that produced data."""
+        present = ((ProbePath.WRITE, self.b), (ProbePath.CONTRACTION, self.a),
+                   (ProbePath.AUDIT, self.true_err))
+        return frozenset(path for path, arr in present if arr is not None)
+
+    def composition(self) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """``(a, b, bound)`` of a layer whose steps were composed.
+
+        Raises:
+            InvalidValueError: the layer has no composed bound.
+        """
+        if self.a is None or self.b is None or self.bound is None:
+            raise InvalidValueError("layer", self.layer, "has no composed bound (a state write "
+                                    "or a contraction step was never observed)")
+        return self.a, self.b, self.bound
+
+
+@final
+@dataclass(frozen=True, slots=True)
 class RecurrentRun:
-    """What a recurrent probe observed.
+    """What a recurrent probe observed (satisfies :class:`~witcert_adapters.runs.ProbeRun`).
 
     Attributes:
         scheme: scheme name.
-        layers: observed layers.
-        declared / observed: ``(layer, path)`` sets.
-        writes: state writes per layer.
-        a: per layer, contraction coefficients ``[T, B, H]`` (step 0 is the prefill write,
-            whose coefficient is 0: the error before the first write is 0).
-        b: per layer, write witnesses ``[T, B, H]``.
-        bound: per layer, composed bounds ``E_t`` ``[T, B, H]``.
-        true_err: per layer, true errors against the twin (audit) ``[T, B, H]``.
+        declared: ``(layer, path)`` sites promised (a hybrid's attention sites included).
+        records: one :class:`RecurrentLayerRecord` per recurrent layer, keyed by layer index.
         attention: what the hybrid's full-attention layers observed (``None`` for a model
-            without attention layers); its ``(layer, path)`` pairs are part of
-            :attr:`declared` and :attr:`observed`.
+            without attention layers); its sites are part of :attr:`declared` and
+            :attr:`observed`.
     """
 
     scheme: str
-    layers: tuple[int, ...]
-    declared: frozenset[tuple[int, str]]
-    observed: frozenset[tuple[int, str]]
-    writes: dict[int, int]
-    a: dict[int, FloatArray]
-    b: dict[int, FloatArray]
-    bound: dict[int, FloatArray]
-    true_err: dict[int, FloatArray]
+    declared: frozenset[Site]
+    records: Mapping[int, RecurrentLayerRecord]
     attention: LiveRun | None = None
 
-    def summary(self, layer: int) -> Any:
+    @property
+    def memory_class(self) -> MemoryKind:
+        """Always :attr:`MemoryKind.RECURRENT`."""
+        return MemoryKind.RECURRENT
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The recurrent layers with a composed bound, sorted."""
+        return tuple(sorted(k for k, rec in self.records.items() if rec.bound is not None))
+
+    @property
+    def observed(self) -> frozenset[Site]:
+        """The sites that produced data, the attention run's included."""
+        own = observed_sites(self.records.values())
+        return own if self.attention is None else own | self.attention.observed
+
+    def summary(self, layer: int) -> Recurrence[AtConsume]:
         """``bridges.recurrence`` over the layer's steps for its worst (batch, head).
 
-        Returns the :class:`~witcert_calculus.bridges.Recurrence` (contract, ``E[log a]``,
-        mean caliber, half-life).
-        """
-        from witcert_calculus.bridges import recurrence
-        from witcert_calculus.metrics import AtConsume
+        Returns:
+            The :class:`~witcert_calculus.bridges.Recurrence` (contract, ``E[log a]``, mean
+            caliber, half-life).
 
-        flat = self.bound[layer][-1].reshape(-1)
-        worst = int(np.argmax(flat))
-        a = self.a[layer].reshape(self.a[layer].shape[0], -1)[:, worst]
-        b = self.b[layer].reshape(self.b[layer].shape[0], -1)[:, worst]
+        Raises:
+            InvalidValueError: the layer has no composed bound.
+        """
+        a_all, b_all, bound = self.records[layer].composition()
+        worst = int(np.argmax(bound[-1].reshape(-1)))
+        a = a_all.reshape(a_all.shape[0], -1)[:, worst]
+        b = b_all.reshape(b_all.shape[0], -1)[:, worst]
         return recurrence(AtConsume, a_steps=a[1:] if a.size > 1 else a,
                           b_steps=b[1:] if b.size > 1 else b)
 
@@ -188,15 +249,18 @@ def _kda_a(mixer: Any, out: torch.Tensor) -> torch.Tensor:
     return torch.exp(out[:, -1].to(torch.float64)).amax(dim=-1)
 
 
+DecayReader: TypeAlias = Callable[[Any, torch.Tensor], torch.Tensor]
+"""``(mixer, submodule output) -> contraction coefficient per (batch, head)``, float64."""
+
 # (required attributes, name of the submodule whose output carries the decay, reader)
-_READERS: tuple[tuple[tuple[str, ...], str, Any], ...] = (
+_READERS: tuple[tuple[tuple[str, ...], str, DecayReader], ...] = (
     (("in_proj_ba", "A_log", "dt_bias", "layer_idx"), "in_proj_ba", _gated_deltanet_a),
     (("forget_gate", "b_proj", "layer_idx"), "forget_gate", _kda_a),
     (("in_proj", "A_log", "dt_bias", "layer_idx"), "in_proj", _mamba2_a),
 )
 
 
-def _reader(module: Any) -> tuple[str, Any] | None:
+def _reader(module: Any) -> tuple[str, DecayReader] | None:
     for attrs, sub, fn in _READERS:
         if all(hasattr(module, a) for a in attrs):
             return sub, fn
@@ -216,6 +280,11 @@ class RecurrentProbe:
 
     Raises:
         InvalidValueError: unknown scheme, or no recurrent mixer found.
+
+    Example:
+        >>> # probe = RecurrentProbe(model, scheme="int8_token", audit=True)
+        >>> # model(ids, cache=probe.new_cache()); run = probe.result(); probe.close()
+        >>> # run_recurrent_gate(run, writes=1, tokens=ids.shape[1]).accepted
     """
 
     def __init__(self, model: Any, *, scheme: str, request_id: int = 0, audit: bool = False,
@@ -224,7 +293,7 @@ class RecurrentProbe:
         self.scheme = get_scheme(scheme)
         self.request_id = request_id
         self.audit = audit
-        found: list[tuple[int, Any, str, Any]] = []
+        found: list[tuple[int, Any, str, DecayReader]] = []
         for m in model.modules():
             r = _reader(m)
             if r is not None and isinstance(getattr(m, "layer_idx", None), int):
@@ -251,7 +320,7 @@ class RecurrentProbe:
         self._writes_before: dict[int, int] = {}
         self._a: dict[int, list[torch.Tensor]] = {}
         self._true: dict[int, list[torch.Tensor]] = {}
-        self._handles: list[Any] = []
+        self._handles: list[RemovableHandle] = []
         for layer, mixer, sub, fn in found:
             self._handles.append(getattr(mixer, sub).register_forward_hook(
                 self._make_dt(layer, mixer, fn)))
@@ -260,9 +329,10 @@ class RecurrentProbe:
             self._handles.append(mixer.register_forward_hook(self._make_post(layer, mixer),
                                                              with_kwargs=True))
 
-    def declared(self) -> frozenset[tuple[int, str]]:
-        """The ``(layer, path)`` pairs promised: state writes, contraction reads, audit."""
-        paths = ["write", "contraction"] + (["audit"] if self.audit else [])
+    def declared(self) -> frozenset[Site]:
+        """The ``(layer, path)`` sites promised: state writes, contraction reads, audit."""
+        paths = [ProbePath.WRITE, ProbePath.CONTRACTION] + ([ProbePath.AUDIT] if self.audit
+                                                             else [])
         own = frozenset((layer, p) for layer, _ in self.mixers for p in paths)
         return own if self.attention is None else own | self.attention.declared()
 
@@ -287,20 +357,22 @@ class RecurrentProbe:
         if self.attention is not None:
             self.attention.close()
 
-    def _make_dt(self, layer: int, mixer: Any, fn: Any) -> Any:
-        def hook(module: Any, args: Any, output: torch.Tensor) -> None:
+    def _make_dt(self, layer: int, mixer: Any, fn: DecayReader
+                 ) -> Callable[[Any, tuple[Any, ...], torch.Tensor], None]:
+        def hook(module: Any, args: tuple[Any, ...], output: torch.Tensor) -> None:
             if not self._in_twin:
                 with torch.no_grad():
                     self._dt[layer] = fn(mixer, output.detach())
         return hook
 
-    def _make_pre(self, layer: int) -> Any:
+    def _make_pre(self, layer: int) -> Callable[[Any, tuple[Any, ...], dict[str, Any]], None]:
         def pre(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             if not self._in_twin and self.cache is not None:
                 self._writes_before[layer] = self.cache.writes.get(layer, 0)
         return pre
 
-    def _make_post(self, layer: int, mixer: Any) -> Any:
+    def _make_post(self, layer: int, mixer: Any
+                   ) -> Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]:
         def post(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
             if self._in_twin:
                 return
@@ -330,42 +402,36 @@ class RecurrentProbe:
                                                                  - exact.to(torch.float64)))
         return post
 
+    def _record(self, layer: int, cache: RecurrentWitnessCache) -> RecurrentLayerRecord:
+        bs = cache.b.get(layer)
+        a_s = self._a.get(layer)
+        b = torch.stack(bs).numpy() if bs else None
+        a = torch.stack(a_s).numpy() if a_s else None
+        bound = None
+        if a is not None and b is not None and len(a) == len(b):
+            e = np.zeros_like(b[0])
+            rows: list[FloatArray] = []
+            for a_t, b_t in zip(a, b, strict=True):
+                # Outward rounding: the composed bound is nudged up by 1e-12 relative.
+                e = (a_t * e + b_t) * (1.0 + 1e-12)
+                rows.append(e)
+            bound = np.stack(rows)
+        true = self._true.get(layer)
+        return RecurrentLayerRecord(layer, cache.writes.get(layer, 0), b=b, a=a, bound=bound,
+                                    true_err=torch.stack(true).numpy() if true else None)
+
     def result(self) -> RecurrentRun:
-        """Collect the run; composes ``E_t = a_t E_{t-1} + b_t`` per (layer, batch, head)."""
+        """Collect the run; composes ``E_t = a_t E_{t-1} + b_t`` per (layer, batch, head).
+
+        Raises:
+            InvalidValueError: no cache was opened.
+        """
         cache = self.cache
         if cache is None:
             raise InvalidValueError("probe", "detached", "nothing observed")
-        observed: set[tuple[int, str]] = set()
-        a_out: dict[int, FloatArray] = {}
-        b_out: dict[int, FloatArray] = {}
-        bound: dict[int, FloatArray] = {}
-        true: dict[int, FloatArray] = {}
-        for layer, _ in self.mixers:
-            bs = cache.b.get(layer)
-            if bs:
-                observed.add((layer, "write"))
-                b_out[layer] = torch.stack(bs).numpy()
-            a_s = self._a.get(layer)
-            if a_s:
-                observed.add((layer, "contraction"))
-                a_out[layer] = torch.stack(a_s).numpy()
-            if bs and a_s and len(bs) == len(a_s):
-                e = np.zeros_like(b_out[layer][0])
-                rows: list[FloatArray] = []
-                for a_t, b_t in zip(a_out[layer], b_out[layer], strict=True):
-                    # Outward rounding: the composed bound is nudged up by 1e-12 relative.
-                    e = (a_t * e + b_t) * (1.0 + 1e-12)
-                    rows.append(e)
-                bound[layer] = np.stack(rows)
-            if self._true.get(layer):
-                observed.add((layer, "audit"))
-                true[layer] = torch.stack(self._true[layer]).numpy()
-        attention = None if self.attention is None else self.attention.result()
-        if attention is not None:
-            observed |= attention.observed
-        return RecurrentRun(self.scheme.name, tuple(sorted(bound)), self.declared(),
-                            frozenset(observed), dict(cache.writes), a_out, b_out, bound, true,
-                            attention)
+        return RecurrentRun(self.scheme.name, self.declared(),
+                            {layer: self._record(layer, cache) for layer, _ in self.mixers},
+                            None if self.attention is None else self.attention.result())
 
 
 def run_recurrent_gate(run: RecurrentRun, *, writes: int, tokens: int | None = None
@@ -379,41 +445,46 @@ def run_recurrent_gate(run: RecurrentRun, *, writes: int, tokens: int | None = N
         tokens: tokens processed (prefill plus decode steps); required when the model has
             full-attention layers, whose write and read counters must reach it.
 
+    Returns:
+        The :class:`~witcert_adapters.gate.GateVerdict`; a hybrid's attention stages are
+        folded into each stage.
+
     Raises:
-        InvalidValueError: a hybrid run without ``tokens``.
+        InvalidValueError: a hybrid run without ``tokens``, or ``writes``/``tokens`` not a
+            positive int.
     """
+    writes = positive_int("writes", writes)
     att_stages: tuple[StageResult, ...] = ()
     if run.attention is not None:
         if tokens is None:
             raise InvalidValueError("tokens", None, "a hybrid run's attention layers need the "
                                     "number of tokens processed")
-        att_stages = attention_stages(run.attention, tokens=tokens)
+        att_stages = attention_stages(run.attention, tokens=positive_int("tokens", tokens))
     att_layers: set[int] = set() if run.attention is None else \
         {layer for layer, _ in run.attention.declared}
-    problems: list[str] = []
-    if run.observed != run.declared:
-        problems.append(f"declared but never observed: {sorted(run.declared - run.observed)[:6]}; "
-                        f"observed but never declared: {sorted(run.observed - run.declared)[:6]}")
+    problems = site_problems(run, joined=True)
     if att_stages and not att_stages[0].passed:
         problems.append(f"attention layers: {att_stages[0].detail}")
-    for layer, _ in sorted(run.declared):
-        if layer in att_layers:
-            continue
-        if run.writes.get(layer, 0) != writes:
-            problems.append(f"layer {layer}: {run.writes.get(layer, 0)} state writes, expected {writes}")
+    for layer in sorted({layer for layer, _ in run.declared} - att_layers):
+        rec = run.records.get(layer)
+        got = 0 if rec is None else rec.writes
+        if got != writes:
+            problems.append(f"layer {layer}: {got} state writes, expected {writes}")
     att_note = "" if run.attention is None else \
         f" and {len(att_layers)} attention layers at {tokens} tokens"
-    cov = StageResult("coverage", not problems, "; ".join(sorted(set(problems))[:6]) if problems
-                      else f"{len(run.declared)} (layer, path) pairs, {writes} writes per "
-                      f"recurrent layer{att_note}",
+    cov = StageResult(Stage.COVERAGE, not problems, "; ".join(sorted(set(problems))[:6])
+                      if problems else f"{len(run.declared)} (layer, path) pairs, {writes} "
+                      f"writes per recurrent layer{att_note}",
                       checked=len(run.declared), failures=len(problems))
-    if problems:
-        return GateVerdict((cov, StageResult("magnitude", None, "coverage failed"),
-                            StageResult("soundness", None, "coverage failed")))
+    return ordered_verdict(cov, lambda: _recurrent_magnitude(run, att_stages),
+                           lambda: _recurrent_soundness(run, att_stages))
+
+
+def _recurrent_magnitude(run: RecurrentRun, att_stages: tuple[StageResult, ...]) -> StageResult:
     bad: list[str] = []
     cells = 0
     for layer in run.layers:
-        a, b, e = run.a[layer], run.b[layer], run.bound[layer]
+        a, b, e = run.records[layer].composition()
         cells += e.size
         if not (np.isfinite(a).all() and ((a >= 0) & (a <= 1)).all()):
             bad.append(f"layer {layer}: contraction coefficients outside [0, 1]")
@@ -422,21 +493,23 @@ def run_recurrent_gate(run: RecurrentRun, *, writes: int, tokens: int | None = N
     if att_stages and not att_stages[1].passed:
         bad.append(f"attention layers: {att_stages[1].detail}")
         cells += att_stages[1].checked
-    mag = StageResult("magnitude", not bad, "; ".join(bad[:6]) if bad else f"{cells} cells in range",
-                      checked=cells, failures=len(bad))
-    if bad:
-        return GateVerdict((cov, mag, StageResult("soundness", None, "magnitude failed")))
+    return StageResult(Stage.MAGNITUDE, not bad, "; ".join(bad[:6]) if bad else
+                       f"{cells} cells in range", checked=cells, failures=len(bad))
+
+
+def _recurrent_soundness(run: RecurrentRun, att_stages: tuple[StageResult, ...]) -> StageResult:
     viol = 0
     audited = 0
     first: list[str] = []
     for layer in run.layers:
-        t = run.true_err.get(layer)
+        rec = run.records[layer]
+        t = rec.true_err
         if t is None:
             viol += 1
             first.append(f"layer {layer}: no audit")
             continue
         audited += t.size
-        over = t > run.bound[layer]
+        over = t > rec.composition()[2]
         if over.any():
             viol += int(over.sum())
             first.append(f"layer {layer}: true error above the composed bound in {int(over.sum())} cells")
@@ -445,8 +518,7 @@ def run_recurrent_gate(run: RecurrentRun, *, writes: int, tokens: int | None = N
         audited += att.checked
         viol += att.failures
         first.append(f"attention layers: {att.detail}")
-    sound = StageResult("soundness", viol == 0, "; ".join(first[:4]) if viol else
-                        f"{audited} audited cells, 0 violations" +
-                        ("" if not att_stages else f" ({first[-1]})"),
-                        checked=audited, failures=viol)
-    return GateVerdict((cov, mag, sound))
+    return StageResult(Stage.SOUNDNESS, viol == 0, "; ".join(first[:4]) if viol else
+                       f"{audited} audited cells, 0 violations" +
+                       ("" if not att_stages else f" ({first[-1]})"),
+                       checked=audited, failures=viol)

@@ -29,12 +29,13 @@ Built-in schemes (all registered at import):
 
 Main declarations
 -----------------
-- :class:`WriteContext`, :class:`Scheme`, :func:`register_scheme`, :func:`get_scheme`,
-  :func:`scheme_names`.
+- :class:`EntryRole`, :class:`WriteContext`, :class:`Scheme`, :func:`register_scheme`,
+  :func:`get_scheme`, :func:`scheme_names`.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import final
@@ -42,15 +43,31 @@ from typing import final
 import torch
 
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.validation import real
 from witcert_kernels.dither import DitherEncoding, dither_quantize
 
 __all__ = [
+    "EntryRole",
     "Scheme",
     "WriteContext",
     "get_scheme",
     "register_scheme",
     "scheme_names",
 ]
+
+
+@final
+class EntryRole(enum.StrEnum):
+    """What a block of written entries is (members equal their values as strings)."""
+
+    KEY = "key"
+    """Attention keys (post-RoPE), or a latent cache's first slot."""
+    VALUE = "value"
+    """Attention values, or a latent cache's second slot."""
+    STATE = "state"
+    """A recurrent layer's state."""
+    INDEXER_KEY = "indexer_key"
+    """A learned selector's indexer keys."""
 
 
 @final
@@ -61,14 +78,29 @@ class WriteContext:
     Attributes:
         request_id: the request the entries belong to (keys the dither stream).
         layer: decoder layer index.
-        start: absolute position of the first new token.
-        role: ``"key"`` or ``"value"``.
+        start: absolute position of the first new token (or the state's step).
+        role: what the entries are; a string is converted to its :class:`EntryRole`.
+
+    Raises:
+        InvalidValueError: ``role`` names no :class:`EntryRole`.
+
+    Example:
+        >>> WriteContext(request_id=1, layer=0, start=0, role="key").role
+        <EntryRole.KEY: 'key'>
     """
 
     request_id: int
     layer: int
     start: int
-    role: str
+    role: EntryRole
+
+    def __post_init__(self) -> None:
+        try:
+            role = EntryRole(self.role)
+        except ValueError:
+            raise InvalidValueError("role", self.role,
+                                    f"must be one of {[str(r) for r in EntryRole]}") from None
+        object.__setattr__(self, "role", role)
 
 
 SchemeFn = Callable[[torch.Tensor, WriteContext], torch.Tensor]
@@ -86,7 +118,7 @@ class Scheme:
         bits: payload bits per element (scales and zero points not included).
         description: one line.
         dithered: for a subtractively dithered key quantizer, the function returning its
-            store (codes, float16 block scales, reconstruction) for ``role == "key"``; the
+            store (codes, float16 block scales, reconstruction) for keys; the
             adapter records the scales at write time and builds Tier-B certificates from
             them at read time. ``None`` for every other scheme (Tier A only).
     """
@@ -101,11 +133,11 @@ class Scheme:
         """The dithered store of keys ``x`` (same reconstruction as ``self(x, ctx)``).
 
         Raises:
-            InvalidValueError: the scheme is not dithered, or ``ctx.role`` is not ``"key"``.
+            InvalidValueError: the scheme is not dithered, or ``ctx.role`` is not a key.
         """
         if self.dithered is None:
             raise InvalidValueError("scheme", self.name, "is not a dithered key quantizer")
-        if ctx.role != "key":
+        if ctx.role is not EntryRole.KEY:
             raise InvalidValueError("role", ctx.role, "the dithered store holds keys only")
         enc = self.dithered(x, ctx)
         if enc.x_hat.shape != x.shape:
@@ -153,8 +185,7 @@ def register_scheme(name: str, fn: SchemeFn, *, bits: float, description: str,
     """
     if name in _SCHEMES:
         raise InvalidValueError("name", name, "a scheme of that name is already registered")
-    if not bits > 0:
-        raise InvalidValueError("bits", bits, "must be positive")
+    real("bits", bits, lo=0.0, lo_open=True)
     scheme = Scheme(name, fn, bits, description, dithered)
     _SCHEMES[name] = scheme
     return scheme
@@ -230,7 +261,7 @@ def _dither_keys(x: torch.Tensor, ctx: WriteContext) -> DitherEncoding:
 
 def _dither_int8(x: torch.Tensor, ctx: WriteContext) -> torch.Tensor:
     # Values (and recurrent states): int8 round-to-nearest; keys: the dithered store.
-    if ctx.role != "key":
+    if ctx.role is not EntryRole.KEY:
         return _rtn_symmetric(x, qmax=127, group=0)
     return _dither_keys(x, ctx).x_hat.to(x.dtype)
 

@@ -1,9 +1,15 @@
-"""Triton kernels and torch references for witcert-calculus meters (optional extra ``kernels``).
+"""Torch references (and, later, Triton kernels) for witcert-calculus meters (extra ``kernels``).
+
+One torch implementation per formula of the numpy library, with its names, constants,
+:class:`~witcert_calculus.witness.RopeLayout` and outward-rounding margins
+(:mod:`witcert_calculus.rounding`).
 
 Main declarations:
 
-- :mod:`witcert_kernels.meter`: torch band witnesses, logit bound and Tier-A TV bounds,
-  checked against the numpy meters of :mod:`witcert_calculus.meters`.
-- :mod:`witcert_kernels.dither`: torch port of the subtractively dithered INT8 quantizer,
-  bit-identical to :mod:`witcert_calculus.dither` (noise stream, scales, codes, values).
+- :mod:`witcert_kernels.meter`: band witnesses, logit bound and the Tier-A TV forms,
+  checked against :mod:`witcert_calculus.witness` and :mod:`witcert_calculus.tv_forms`.
+- :mod:`witcert_kernels.dither`: the subtractively dithered INT8 quantizer, bit-identical
+  to :mod:`witcert_calculus.dither` (noise stream, scales, codes, values), and the Tier-B
+  per-token logit bound.
+- :mod:`witcert_kernels.rounding`: the outward-rounding rule on tensors.
 """

@@ -15,12 +15,21 @@ products (every intermediate stays below 2^49), so nothing relies on wrapping ov
 Outlier pairs are not supported here (the registered ``dither_int8`` scheme keeps none);
 use the numpy reference for stores with exact outlier pairs.
 
+The Tier-B per-token logit bound (:func:`tier_b_logit_bound`) is the formula of
+:func:`witcert_calculus.dither.tier_b_logit_bound` on batched tensors, with the same
+margins (:mod:`witcert_calculus.rounding`), plus the term of a reconstruction stored in a
+narrower type than float64.
+
+Constants (``QMAX``, the Philox multipliers and Weyl increments, the ``2^-24`` grid) are
+those of :mod:`witcert_calculus.dither`.
+
 Main declarations
 -----------------
 - :func:`philox4x32`: Philox-4x32-10 on int64 tensors holding uint32 words.
 - :func:`dither_noise`: the dither ``xi`` for ``[kv_heads, tokens, channels]``.
 - :class:`DitherEncoding`, :func:`dither_quantize`: codes, float16 scales and the
   reconstruction for ``[batch, kv_heads, tokens, head_dim]`` keys.
+- :func:`tier_b_logit_bound`: the per-token Tier-B logit bound ``u_t`` of every query row.
 """
 
 from __future__ import annotations
@@ -30,16 +39,23 @@ from typing import Final, final
 
 import torch
 
+from witcert_calculus.dither import GRID_BITS, GRID_MEAN, GRID_STEP, PHILOX_MULTIPLIERS, \
+    PHILOX_WEYL, QMAX
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.rounding import cast_margin, grid_mean_margin, radius_margin, \
+    variance_margin
+from witcert_calculus.validation import positive_int, real, uint
+from witcert_calculus.witness import RopeLayout
+from witcert_kernels.meter import band_norms
+from witcert_kernels.rounding import outward
 
-__all__ = ["QMAX", "DitherEncoding", "dither_noise", "dither_quantize", "philox4x32"]
+__all__ = ["DitherEncoding", "dither_noise", "dither_quantize", "philox4x32",
+           "tier_b_logit_bound"]
 
-QMAX: Final = 127
 _MASK: Final = 0xFFFFFFFF
-_M0: Final = 0xD2511F53
-_M1: Final = 0xCD9E8D57
-_W0: Final = 0x9E3779B9
-_W1: Final = 0xBB67AE85
+_M0, _M1 = PHILOX_MULTIPLIERS
+_W0, _W1 = PHILOX_WEYL
+_F64 = torch.float64
 
 
 def _mulhilo(a: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,14 +87,13 @@ def philox4x32(counter: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Te
         >>> [hex(int(w)) for w in philox4x32((z, z, z, z), (0, 0))]
         ['0x6627e8d5', '0xe169c58d', '0xbc57ac4c', '0x9b00dbd8']
     """
-    if rounds < 1:
-        raise InvalidValueError("rounds", rounds, "must be >= 1")
+    n_rounds = positive_int("rounds", rounds)
     words = [w.to(torch.int64) & _MASK for w in counter]
     shape = (words[0] + words[1] + words[2] + words[3]).shape  # the broadcast shape
     c0, c1, c2, c3 = (w.expand(shape) for w in words)
     k0 = int(key[0]) & _MASK
     k1 = int(key[1]) & _MASK
-    for i in range(rounds):
+    for i in range(n_rounds):
         if i:
             k0 = (k0 + _W0) & _MASK
             k1 = (k1 + _W1) & _MASK
@@ -105,8 +120,7 @@ def dither_noise(*, request: int, layer: int, kv_heads: int, tokens: torch.Tenso
     """
     for name, value, bits in (("request", request, 64), ("layer", layer, 32),
                               ("kv_heads", kv_heads, 32), ("head_dim", head_dim, 32)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**bits:
-            raise InvalidValueError(name, value, f"must be an int in [0, 2^{bits})")
+        uint(name, value, bits=bits)
     t = tokens.to(torch.int64)
     if t.ndim != 1 or (t.numel() and (int(t.min()) < 0 or int(t.max()) >= 2**32)):
         raise InvalidValueError("tokens", tuple(t.shape), "must be 1-D positions in [0, 2^32)")
@@ -115,7 +129,7 @@ def dither_noise(*, request: int, layer: int, kv_heads: int, tokens: torch.Tenso
     hd = torch.arange(kv_heads, dtype=torch.int64).view(-1, 1, 1)
     ly = torch.full((1, 1, 1), layer, dtype=torch.int64)
     w0, _, _, _ = philox4x32((ch, tk, hd, ly), (request & _MASK, request >> 32))
-    return (w0 >> 8).to(torch.float64) * 2.0**-24 - 0.5
+    return (w0 >> (32 - GRID_BITS)).to(_F64) * GRID_STEP - 0.5
 
 
 def _round_up_f16(x: torch.Tensor) -> torch.Tensor:
@@ -179,10 +193,9 @@ def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
     if x.ndim != 4:
         raise InvalidValueError("x", tuple(x.shape), "must be [batch, kv_heads, tokens, head_dim]")
     b, h, s_count, d = x.shape
-    if block_size < 1 or d % block_size:
-        raise InvalidValueError("block_size", block_size, f"must be >= 1 and divide head_dim {d}")
-    if start < 0:
-        raise InvalidValueError("start", start, "must be >= 0")
+    if d % positive_int("block_size", block_size):
+        raise InvalidValueError("block_size", block_size, f"must divide head_dim {d}")
+    positive_int("start", start, minimum=0)
     a = x.detach().to(torch.float64)
     if not bool(torch.isfinite(a).all()):
         raise InvalidValueError("x", "tensor", "keys must be finite")
@@ -200,3 +213,80 @@ def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
                                 f"exceed +-{QMAX}: the scale does not cover the block")
     x_hat = s * (codes - xi)
     return DitherEncoding(codes.to(torch.int8), scales, x_hat, block_size)
+
+
+def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Tensor | None, *,
+                       scale: float, delta_loc: float, visible: torch.Tensor) -> torch.Tensor:
+    """Per-token Tier-B logit bound ``u_t`` of every query row over dithered keys.
+
+    ``u_t = sqrt(2 varsigma_t^2 log(2 S_row / delta_loc)) + m_t + e_t`` with the variance
+    proxy ``varsigma_t^2 = scale^2 sum_b s_{t,b}^2 (sum_{c in b} q_c^2) / 12``, the grid-mean
+    term ``m_t = scale sum_b s_{t,b} (sum_{c in b} |q_c|) 2^-25`` and the cast term
+    ``e_t = scale ||q|| cast_t``: the formula and margins of
+    :func:`witcert_calculus.dither.tier_b_logit_bound` (which has no cast term: it reads the
+    float64 reconstruction), each term rounded outward with room for the sum. ``|eps_t| <=
+    u_t`` for all visible tokens of a row except with probability ``delta_loc``, for
+    non-adaptive queries.
+
+    Args:
+        query: ``[..., Q, d]`` query rows of the dithered logit part.
+        scales: ``[..., S, nb]`` float16 block scales as stored (blocks of ``d / nb``
+            contiguous channels; no exact outlier channels).
+        cast: ``[..., S]`` upper bounds of ``||fl(x_hat_t) - x_hat_t||``, the rounding of the
+            reconstruction into the cache's dtype, or ``None`` when the float64
+            reconstruction is read.
+        scale: the attention scale (> 0).
+        delta_loc: failure probability of one row, in (0, 1).
+        visible: ``[Q]`` tokens each row attends to (``S_row >= 1``, the union bound's ``S``);
+            not checked here (a hot-loop input: a zero yields NaN, which the gate rejects).
+
+    Returns:
+        ``[..., Q, S]`` float64 bounds.
+
+    Raises:
+        InvalidValueError: ``nb`` not dividing ``d``, ``scale`` or ``delta_loc`` invalid.
+
+    Example:
+        >>> enc = dither_quantize(torch.ones(1, 1, 2, 4), request=0, layer=0, start=0,
+        ...                       block_size=4)
+        >>> u = tier_b_logit_bound(torch.ones(1, 1, 1, 4), enc.scales, None, scale=0.5,
+        ...                        delta_loc=1e-3, visible=torch.tensor([2]))
+        >>> tuple(u.shape), bool((u > 0).all())
+        ((1, 1, 1, 2), True)
+    """
+    q = query.to(_F64)
+    s = scales.to(_F64)
+    d, nb = int(q.shape[-1]), int(s.shape[-1])
+    if nb < 1 or d % nb:
+        raise InvalidValueError("scales", tuple(scales.shape),
+                                f"its {nb} blocks must divide head_dim {d}")
+    sc = real("scale", scale, lo=0.0, lo_open=True)
+    dl = real("delta_loc", delta_loc, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    blocks = q.reshape(*q.shape[:-1], nb, d // nb)
+    q2 = (blocks * blocks).sum(dim=-1)  # [..., Q, nb]
+    q_abs = blocks.abs().sum(dim=-1)
+    # exact tokens: no block with both a nonzero scale and a nonzero query channel
+    live = torch.einsum("...qn,...sn->...qs", (blocks != 0).any(dim=-1).to(_F64),
+                        (s != 0).to(_F64))
+    exact = live == 0
+    vm = variance_margin(d, nb, scale=sc)
+    q_max = q.abs().amax(dim=-1, keepdim=True)  # [..., Q, 1]
+    var = (sc * sc) * torch.einsum("...qn,...sn->...qs", q2, s * s) / 12.0
+    var = outward(var, gamma=vm.gamma, alpha=vm.alpha * (1.0 + q_max * q_max), exact=exact)
+    log_term = torch.log(2.0 * visible.to(_F64) / dl).unsqueeze(-1)  # [Q, 1]
+    rm = radius_margin()
+    radius = outward(torch.sqrt(2.0 * var * log_term), gamma=rm.gamma, alpha=rm.alpha,
+                     exact=var == 0)
+    mm = grid_mean_margin(d, nb, scale=sc)
+    mean = outward(sc * torch.einsum("...qn,...sn->...qs", q_abs, s) * GRID_MEAN,
+                   gamma=mm.gamma, alpha=mm.alpha, exact=exact)
+    u = radius + mean
+    if cast is None:
+        return u
+    # one band holds every channel, whatever the layout: a rigorous ||q||
+    q_norm = band_norms(q, bands=1, layout=RopeLayout.HALF_SPLIT)  # [..., Q, 1]
+    e = cast.to(_F64).unsqueeze(-2)  # [..., 1, S]
+    cm = cast_margin()
+    term = outward(sc * q_norm * e, gamma=cm.gamma, alpha=cm.alpha,
+                   exact=(q_norm == 0) | (e == 0))
+    return u + term

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from tiny_models import kimi_linear, qwen3_next, run_probe, tiny_model  # noqa: E402
 from witcert_adapters.architectures import spec_for  # noqa: E402
 from witcert_adapters.gate import run_gate  # noqa: E402
-from witcert_adapters.hf import Probe, WitnessCache, attach  # noqa: E402
+from witcert_adapters.hf import AuditStep, LayerLog, Probe, ReadStep, WitnessCache, attach  # noqa: E402
 from witcert_adapters.readings import coverage, dense_chain, layer_readings  # noqa: E402
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
 from witcert_calculus.tiers import Tier  # noqa: E402
@@ -51,7 +51,7 @@ def test_every_class_reads_through_the_gate(family: str, scheme: str) -> None:
     readings = layer_readings(run)
     assert [r.layer for r in readings] == [0, 1]
     assert all(r.meter.tier in (Tier.CERTIFIED, Tier.SATURATED) for r in readings)
-    assert any(float(run.true_tv[layer].max()) > 0 for layer in run.layers)
+    assert any(float(run.records[layer].audit.true_tv.max()) > 0 for layer in run.layers)
 
 
 @pytest.mark.parametrize("family", ["llama", "deepseek_v3"])
@@ -73,7 +73,7 @@ def test_adapter_off_generation_is_bit_identical(family: str) -> None:
         assert torch.equal(plain.sequences, other.sequences)
         assert all(torch.equal(a, b) for a, b in zip(plain.logits, other.logits, strict=True))
     # identity: witnesses are exactly zero, so the meter is exactly zero and the gate accepts
-    assert all(float(run.meter[layer].max()) == 0.0 for layer in run.layers)
+    assert all(float(run.records[layer].read.meter.max()) == 0.0 for layer in run.layers)
 
 
 def test_keys_arrive_post_rope() -> None:
@@ -120,9 +120,26 @@ def test_gate_rejects_a_path_the_model_never_takes() -> None:
 def test_gate_rejects_an_overwritten_per_layer_state() -> None:
     model = tiny_model("llama")
 
+    class IntoOtherLayer(LayerLog):
+        """A layer's accumulator that files its readings in another layer's."""
+
+        def __init__(self, target: LayerLog) -> None:
+            super().__init__()
+            self.target = target
+
+        def add_read(self, step: ReadStep, **last: Any) -> None:
+            self.target.add_read(step, **last)
+
+        def add_audit(self, step: AuditStep) -> None:
+            self.target.add_audit(step)
+
     class OneSlotProbe(Probe):
-        def layer_key(self, layer: int) -> int:
-            return 0  # every layer's readings land in layer 0's accumulator
+        def new_cache(self) -> WitnessCache:
+            cache = super().new_cache()
+            first = cache.log(0)  # every layer's readings land in layer 0's accumulator
+            for layer, _ in self.attention[1:]:
+                cache.logs[layer] = IntoOtherLayer(first)
+            return cache
 
     verdict = _gate_closed(model, OneSlotProbe(model, scheme="int8_token", audit=True))
     assert verdict.failed_stage == "coverage"
@@ -145,11 +162,12 @@ def test_gate_rejects_a_value_out_of_range(bad: float) -> None:
     with attach(model, scheme="int8_token", audit=True) as probe:
         tokens = run_probe(model, probe, _ids(), 2)
         run = probe.result()
-    meter = dict(run.meter)
-    corrupted = meter[1].copy()
+    records = dict(run.records)
+    corrupted = records[1].read.meter.copy()
     corrupted[0, 0, -1] = bad
-    meter[1] = corrupted
-    verdict = run_gate(dataclasses.replace(run, meter=meter), tokens=tokens)
+    records[1] = dataclasses.replace(records[1], read=dataclasses.replace(records[1].read,
+                                                                          meter=corrupted))
+    verdict = run_gate(dataclasses.replace(run, records=records), tokens=tokens)
     assert verdict.failed_stage == "magnitude"
     assert "layer 1" in verdict.stages[1].detail
     assert verdict.stages[2].passed is None
@@ -157,7 +175,7 @@ def test_gate_rejects_a_value_out_of_range(bad: float) -> None:
 
 def test_gate_rejects_an_unsound_meter() -> None:
     """Wiring the known-unsound dispersion shape in place of the meter must fail soundness."""
-    from witcert_calculus.meters import dispersion_bound_unsound
+    from witcert_calculus.dispersion import dispersion_bound_unsound
 
     model = tiny_model("llama")
     with attach(model, scheme="kivi2_g32", audit=True) as probe:
@@ -167,15 +185,17 @@ def test_gate_rejects_an_unsound_meter() -> None:
             model(ids, cache=cache, use_cache=True)
         run = probe.result()
     assert run_gate(run, tokens=10).accepted
-    p, c = run.last_p, run.last_c
-    unsound = {}
+    unsound = dict(run.records)
     for layer in run.layers:
-        m = run.meter[layer].copy()
+        read = run.records[layer].read
+        p, c = read.last_p, read.last_c
+        m = read.meter.copy()
         for h in range(m.shape[1]):
-            m[0, h, -1] = dispersion_bound_unsound(p[layer][0, h] / p[layer][0, h].sum(),
-                                                   c[layer][0, h])
-        unsound[layer] = m
-    verdict = run_gate(dataclasses.replace(run, meter=unsound), tokens=10)
+            m[0, h, -1] = dispersion_bound_unsound(p[0, h] / p[0, h].sum(),
+                                                   c[0, h])
+        unsound[layer] = dataclasses.replace(run.records[layer],
+                                             read=dataclasses.replace(read, meter=m))
+    verdict = run_gate(dataclasses.replace(run, records=unsound), tokens=10)
     assert verdict.failed_stage == "soundness", str(verdict)
     assert verdict.stages[2].failures > 0
 
@@ -194,8 +214,8 @@ def test_dense_chain_and_coverage() -> None:
     with attach(model, scheme="int8_token", audit=True) as probe:
         run_probe(model, probe, _ids(), 3)
         run = probe.result()
-    chains = {layer: dense_chain(witness_max=run.witness_full_max[layer],
-                                 q_norm_max=run.q_norm_max[layer], scale=16 ** -0.5)
+    chains = {layer: dense_chain(witness_max=run.records[layer].write.witness_full_max,
+                                 q_norm_max=run.records[layer].read.q_norm_max, scale=16 ** -0.5)
               for layer in run.layers}
     readings = layer_readings(run, chains=chains)
     for r in readings:

@@ -38,13 +38,13 @@ def test_mamba2_state_error_is_bounded_through_the_gate(scheme: str) -> None:
     verdict = run_recurrent_gate(run, writes=5)
     assert verdict.accepted, str(verdict)
     assert run.layers == (0, 1)
-    assert max(float(run.true_err[layer].max()) for layer in run.layers) > 0
+    assert max(float(run.records[layer].true_err.max()) for layer in run.layers) > 0
     rec = run.summary(0)
-    reading = rec.contract.bound(float(run.b[0][0].max()))
+    reading = rec.contract.bound(float(run.records[0].b[0].max()))
     assert reading.metric == RecurrentStateError[AtConsume]
-    a = run.a[0][1:]
+    a = run.records[0].a[1:]
     assert math.isclose(rec.mean_log_a, float(np.log(a.reshape(a.shape[0], -1)[:, int(np.argmax(
-        run.bound[0][-1].reshape(-1)))]).mean()), rel_tol=1e-12)
+        run.records[0].bound[-1].reshape(-1)))]).mean()), rel_tol=1e-12)
     assert rec.mean_log_a <= rec.mean_caliber  # Jensen: E[log a] <= log E[a]
 
 
@@ -52,7 +52,8 @@ def test_recurrent_gate_catches_a_bound_that_drops_the_carried_error() -> None:
     run = _run(mamba2(), "kivi2_g32")
     assert run_recurrent_gate(run, writes=5).accepted
     # A plausible bug: forget the contraction term and bound each step by its own witness.
-    wrong = dataclasses.replace(run, bound={k: v.copy() for k, v in run.b.items()})
+    wrong = dataclasses.replace(run, records={k: dataclasses.replace(r, bound=r.b.copy())
+                                              for k, r in run.records.items()})
     verdict = run_recurrent_gate(wrong, writes=5)
     assert verdict.failed_stage == "soundness", str(verdict)
 
@@ -60,9 +61,9 @@ def test_recurrent_gate_catches_a_bound_that_drops_the_carried_error() -> None:
 def test_recurrent_gate_coverage_and_magnitude_failures() -> None:
     run = _run(mamba2(), "int8_token")
     assert run_recurrent_gate(run, writes=6).failed_stage == "coverage"
-    a = {k: v.copy() for k, v in run.a.items()}
-    a[1][2, 0, 0] = 1.5  # a "contraction" above 1 is out of range
-    verdict = run_recurrent_gate(dataclasses.replace(run, a=a), writes=5)
+    a = {k: dataclasses.replace(r, a=r.a.copy()) for k, r in run.records.items()}
+    a[1].a[2, 0, 0] = 1.5  # a "contraction" above 1 is out of range
+    verdict = run_recurrent_gate(dataclasses.replace(run, records=a), writes=5)
     assert verdict.failed_stage == "magnitude"
     assert verdict.stages[2].passed is None
 
@@ -78,11 +79,11 @@ def test_delta_rule_states_are_bounded_through_the_gate(build: Any, scheme: str)
     assert run.layers == (0,)
     assert run.attention is not None and run.attention.layers == (1,)
     assert {(1, "write"), (1, "read"), (1, "audit")} <= run.declared
-    assert float(run.attention.true_tv[1].max()) > 0
-    assert verdict.stages[2].checked > run.true_err[0].size  # attention cells were audited
-    a = run.a[0][1:]
+    assert float(run.attention.records[1].audit.true_tv.max()) > 0
+    assert verdict.stages[2].checked > run.records[0].true_err.size  # attention cells were audited
+    a = run.records[0].a[1:]
     assert bool(((a > 0) & (a <= 1)).all())
-    assert float(run.true_err[0].max()) > 0
+    assert float(run.records[0].true_err.max()) > 0
     rec = run.summary(0)
     assert rec.mean_log_a <= rec.mean_caliber
 
@@ -115,7 +116,8 @@ def test_hybrid_attention_soundness_failure_is_caught() -> None:
     assert run_recurrent_gate(run, writes=5, tokens=10).accepted
     att = run.attention
     assert att is not None
-    zero = {k: np.zeros_like(v) for k, v in att.meter.items()}  # a meter claiming exactness
+    zero = {k: dataclasses.replace(r, read=dataclasses.replace(r.read, meter=np.zeros_like(r.read.meter)))
+            for k, r in att.records.items()}  # a meter claiming exactness
     verdict = run_recurrent_gate(dataclasses.replace(run, attention=dataclasses.replace(
-        att, meter=zero)), writes=5, tokens=10)
+        att, records=zero)), writes=5, tokens=10)
     assert verdict.failed_stage == "soundness", str(verdict)

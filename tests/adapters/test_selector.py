@@ -36,13 +36,13 @@ def test_selector_contract_through_the_gate(scheme: str) -> None:
     probe, run = _run(scheme)
     verdict = run_selector_gate(run, tokens=14)
     assert verdict.accepted, str(verdict)
-    assert all(run.selection_matches_model.values())
+    assert all(r.select.selection_matches_model for r in run.records.values())
     reading, stable = probe.readings(run, 0)
     assert reading.metric == SelectorMass[AtConsume]
     assert 0.0 <= stable <= 1.0
     # stable rows keep the exact selection (checked by the gate); the test also sees rows
     # whose selection really changed, so the certificate is not vacuous
-    changed = sum(int((~run.same_selection[layer]).sum()) for layer in run.layers)
+    changed = sum(int((~run.records[layer].audit.same_selection).sum()) for layer in run.layers)
     if scheme != "int8_token":
         assert changed > 0
 
@@ -50,8 +50,10 @@ def test_selector_contract_through_the_gate(scheme: str) -> None:
 def test_selector_gate_catches_a_stability_claim_on_a_changed_row() -> None:
     _, run = _run("kivi2_g32")
     assert run_selector_gate(run, tokens=14).accepted
-    overclaim = {k: np.ones_like(v) for k, v in run.stable.items()}  # "every row is stable"
-    verdict = run_selector_gate(dataclasses.replace(run, stable=overclaim), tokens=14)
+    overclaim = {k: dataclasses.replace(r, select=dataclasses.replace(
+        r.select, stable=np.ones_like(r.select.stable)))
+        for k, r in run.records.items()}  # "every row is stable"
+    verdict = run_selector_gate(dataclasses.replace(run, records=overclaim), tokens=14)
     assert verdict.failed_stage == "soundness"
 
 

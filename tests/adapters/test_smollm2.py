@@ -22,8 +22,9 @@ torch = pytest.importorskip("torch")
 
 from witcert_adapters.gate import run_gate  # noqa: E402
 from witcert_adapters.hf import attach  # noqa: E402
-from witcert_adapters.models import load_smollm2, smollm2_gguf_path  # noqa: E402
-from witcert_calculus.ledger import RiskLedger, telescoping_spent  # noqa: E402
+from witcert_adapters.demo.models import load_smollm2, smollm2_gguf_path  # noqa: E402
+from witcert_calculus.budget import telescoping_spent  # noqa: E402
+from witcert_calculus.ledger import RiskLedger  # noqa: E402
 
 PROMPTS = ("The capital of France is", "def fibonacci(n):", "Water boils at a temperature of")
 
@@ -57,9 +58,9 @@ def test_smollm2_zero_tier_a_violations() -> None:
             assert verdict.accepted, f"{scheme} {prompt!r}: {verdict}"
             assert run.layers == tuple(range(30))
             for layer in run.layers:
-                assert run.positions[layer][-1] == tokens - 1  # decode steps were metered
+                assert run.records[layer].read.positions[-1] == tokens - 1  # decode steps were metered
                 bound = run.reported(layer)
-                tv = run.true_tv[layer]
+                tv = run.records[layer].audit.true_tv
                 assert not np.any(tv > bound)
                 cells += tv.size
                 largest_tv = max(largest_tv, float(tv.max()))

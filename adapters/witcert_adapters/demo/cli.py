@@ -1,0 +1,44 @@
+"""The demo's command line: ``python -m witcert_adapters.demo --out DIR``.
+
+Main declarations
+-----------------
+- :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from witcert_adapters.demo.run import run_demo
+from witcert_adapters.demo.settings import DEMO_SCHEMES
+
+__all__ = ["main"]
+
+DESCRIPTION = ("The README demo: live WitCert meters on SmolLM2-135M-Instruct under several KV "
+               "schemes.")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line, run the demo, return the exit status.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        0 after a complete run.
+
+    Example:
+        >>> # main(["--out", "out/demo", "--schemes", "int8_token"])
+    """
+    parser = argparse.ArgumentParser(prog="python -m witcert_adapters.demo",
+                                     description=DESCRIPTION)
+    parser.add_argument("--out", type=Path, default=Path("out/demo"),
+                        help="folder for report.txt, report.json and coverage.png")
+    parser.add_argument("--schemes", nargs="*", default=list(DEMO_SCHEMES),
+                        help="registered scheme names (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    run_demo(args.out, schemes=tuple(args.schemes), threads=args.threads)
+    return 0

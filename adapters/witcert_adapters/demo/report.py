@@ -1,0 +1,190 @@
+"""The demo's report: the text printed per request and per scheme, and its JSON form.
+
+Every function here formats values computed elsewhere (a page-in plan is the one thing
+computed here, from the run's final query row); the text is what ``report.txt`` holds and
+what the README excerpt is cut from, so its format is part of the demo's output.
+
+Main declarations
+-----------------
+- Text: :func:`header_lines`, :func:`request_lines`, :func:`tier_b_line`,
+  :func:`page_in_line`, :func:`table_lines`, :func:`wall_line`.
+- JSON: :data:`Json`, :func:`request_json`, :func:`report_json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
+
+import numpy as np
+
+from witcert_adapters.demo.replay import RequestResult
+from witcert_adapters.demo.settings import DELTA_REQ, MODEL_NAME, MODEL_TITLE, DemoSettings
+from witcert_adapters.demo.tally import SchemeRow
+from witcert_adapters.hf import LiveRun
+from witcert_adapters.readings import coverage
+from witcert_calculus import block_summary, page_in_order
+
+__all__ = ["Json", "header_lines", "page_in_line", "report_json", "request_json",
+           "request_lines", "table_lines", "tier_b_line", "wall_line"]
+
+Json: TypeAlias = "dict[str, Json] | list[Json] | str | int | float | bool | None"
+"""A JSON value as :func:`json.dumps` writes it."""
+
+_SHORT = {"CERTIFIED": "cert", "SATURATED": "sat", "PARTIALLY_CERTIFIED": "part",
+          "EMPIRICAL": "emp"}
+
+
+def _short(tier: str) -> str:
+    return _SHORT.get(tier, tier)
+
+
+def header_lines(settings: DemoSettings, *, load_s: float) -> list[str]:
+    """The report's first lines: the model, the threshold, the steps and the load time.
+
+    Example:
+        >>> header_lines(DemoSettings(), load_s=1.25)[1]
+        'threshold for coverage: meter <= 0.1; 8 teacher-forced decode steps per prompt; model load 1.2 s'
+    """
+    return [f"WitCert live meters on {MODEL_TITLE}",
+            f"threshold for coverage: meter <= {settings.threshold}; {settings.decode_steps} "
+            f"teacher-forced decode steps per prompt; model load {load_s:.1f} s",
+            ""]
+
+
+def page_in_line(run: LiveRun, threshold: float) -> str:
+    """Where a page-in would go for the run's worst final-step cell (batch 0), as text."""
+    best: tuple[float, int, int] | None = None
+    for layer in run.layers:
+        rep = run.reported(layer)[..., -1]
+        h = int(np.argmax(rep[0]))
+        if best is None or rep[0, h] > best[0]:
+            best = (float(rep[0, h]), layer, h)
+    assert best is not None, "a run without metered layers has no final-step cell"
+    value, layer, head = best
+    if value <= threshold:
+        return f"no page-in needed: worst final-step cell (layer {layer}, head {head}) at {value:.4f}"
+    read = run.read(layer)
+    p, c = read.last_p[0, head], read.last_c[0, head]
+    mass, u = block_summary(p / p.sum(), c, block_size=4)
+    plan = page_in_order(mass, u, threshold=threshold)
+    return (f"worst final-step cell: layer {layer}, head {head}, meter {value:.4f}; paging in "
+            f"{len(plan.order)} of {mass.size} blocks of 4 tokens {list(plan.order)[:8]} brings the "
+            f"e-form from {plan.eform_before:.4g} to {plan.eform_after:.4g} (threshold {threshold})")
+
+
+def tier_b_line(run: LiveRun, plen: int, threshold: float) -> str:
+    """The Tier-B summary of a request with Tier-B events, next to Tier A (decode steps)."""
+    a_cells = b_cells = a_hits = b_hits = tighter = 0
+    for layer in run.layers:
+        sel = run.read(layer).positions >= plen
+        a = run.reported(layer)[..., sel]
+        b = run.reported_tier_b(layer)[..., sel]
+        a_cells += a.size
+        b_cells += b.size
+        a_hits += int((a <= threshold).sum())
+        b_hits += int((b <= threshold).sum())
+        tighter += int((b < a).sum())
+    ev = run.tier_b_events
+    worst = max(e.reading.raw for e in ev)
+    return (f"  Tier B (probabilistic, {ev[0].reading.tier.name}, non-adaptive scope): "
+            f"{len(ev)} forward calls admitted as probabilistic events, deltas "
+            f"{ev[0].delta} ... {ev[-1].delta}; decode-step coverage {b_hits / b_cells:.3f} vs "
+            f"Tier A {a_hits / a_cells:.3f}; Tier B tighter on {tighter / b_cells:.1%} of cells; "
+            f"worst Tier-B cell {min(1.0, worst):.4f}")
+
+
+def _layer_cells(result: RequestResult) -> list[str]:
+    cells: list[str] = []
+    for lr in result.readings:
+        ch = lr.chain_reading
+        assert ch is not None, "the demo bounds every layer's chain"
+        cells.append(f"L{lr.layer:<2d} {lr.meter.value:6.4f} [{_short(lr.meter.tier.name):<4}] "
+                     f"(h{lr.cell[1]},p{lr.cell[2]:<2d}) | {ch.value:6.4f} "
+                     f"[{_short(ch.tier.name):<4}]")
+    return cells
+
+
+def request_lines(result: RequestResult, *, threshold: float, page_in: str) -> list[str]:
+    """One request's block of the report (ending with an empty line)."""
+    run, ref = result.run, result.reference
+    lv = result.ledger
+    lines = [f"request {result.request_id}: scheme {result.scheme}, prompt {ref.prompt!r}",
+             f"  teacher continuation: {ref.continuation_text!r}",
+             f"  meter coverage (decode steps): "
+             f"{coverage(run, threshold=threshold, min_position=ref.prompt_len):.3f}; "
+             f"mean KL {np.mean(result.kl):.5f} nats; top-1 agreement {np.mean(result.top1):.3f}",
+             "  per layer: worst-cell meter [tier] (head, position) | coarse chain bound [tier]"]
+    cells = _layer_cells(result)
+    lines += ["    " + "   ".join(cells[i:i + 3]) for i in range(0, len(cells), 3)]
+    if run.tier_b_events:
+        lines.append(tier_b_line(run, ref.prompt_len, threshold))
+    lines += [f"  ledger: verdict {lv.tier.name}, spent {lv.spent} of {lv.delta_req} "
+              f"({lv.counts.deterministic} deterministic Tier-A admissions at delta 0, "
+              f"{lv.counts.probabilistic} probabilistic Tier-B admissions, "
+              f"{lv.counts.saturated} saturated)",
+              f"  gate: {result.verdict}",
+              f"  page-in: {page_in}",
+              ""]
+    return lines
+
+
+def table_lines(rows: Sequence[SchemeRow], *, rho: float, settings: DemoSettings) -> list[str]:
+    """The measured table over schemes, its Tier-B rows and the rank correlation."""
+    lines = [f"Measured table ({len(settings.prompts)} prompts x {settings.decode_steps} "
+             f"teacher-forced decode steps, coverage threshold {settings.threshold}):",
+             "  scheme            coverage  KL(nats)    top-1   max true TV  violations  gate"]
+    for r in rows:
+        lines.append(f"  {r.scheme:16s}  {r.coverage:8.3f}  {r.kl:9.5f}  {r.top1:6.3f}  "
+                     f"{r.max_true_tv:11.4g}  {r.violations:10d}  {r.gate}")
+    for r in rows:
+        if r.tier_b_coverage is not None:
+            lines.append(f"  {r.scheme + ' [B]':16s}  {r.tier_b_coverage:8.3f}  (Tier B: "
+                         f"probabilistic, non-adaptive scope; delta_loc <= "
+                         f"{r.tier_b_delta_loc:.3g} per cell, ledger spend {r.tier_b_spent} of "
+                         f"{DELTA_REQ} per request)  violations {r.tier_b_violations}")
+    lines += ["  (rows without [B] are Tier A, the adaptive-safe deterministic bound; a [B] row "
+              "gives the same scheme's coverage under its Tier-B probabilistic certificate)",
+              f"Spearman rank correlation between coverage (Tier A) and KL: {rho:.3f}",
+              "High coverage is evidence of safety; low coverage guarantees nothing either way."]
+    return lines
+
+
+def wall_line(wall_s: float) -> str:
+    """The report's last line: the wall time."""
+    return f"wall time {wall_s:.1f} s"
+
+
+def request_json(result: RequestResult, *, page_in: str) -> Json:
+    """One request's entry of ``report.json``."""
+    layers: list[Json] = []
+    for lr in result.readings:
+        ch = lr.chain_reading
+        assert ch is not None, "the demo bounds every layer's chain"
+        layers.append({"layer": lr.layer, "meter_raw": lr.meter.raw, "meter": lr.meter.value,
+                       "tier": lr.meter.tier.name, "cell": list(lr.cell),
+                       "chain_bound": ch.value, "chain_tier": ch.tier.name})
+    v = result.verdict
+    return {"request": result.request_id, "scheme": result.scheme,
+            "prompt": result.reference.prompt, "layers": layers, "gate": str(v),
+            "accepted": v.accepted, "page_in": page_in, "kl": float(np.mean(result.kl)),
+            "top1": float(np.mean(result.top1)), "ledger_tier": result.ledger.tier.name,
+            "ledger_spent": str(result.ledger.spent)}
+
+
+def _row_json(r: SchemeRow) -> Json:
+    return {"scheme": r.scheme, "coverage": r.coverage, "kl": r.kl, "top1": r.top1,
+            "max_true_tv": r.max_true_tv, "violations": r.violations, "gate": r.gate,
+            "tier_b_coverage": r.tier_b_coverage, "tier_b_violations": r.tier_b_violations,
+            "tier_b_delta_loc": r.tier_b_delta_loc, "tier_b_spent": r.tier_b_spent}
+
+
+def report_json(settings: DemoSettings, *, requests: Sequence[Json], rows: Sequence[SchemeRow],
+                rho: float, per_layer: Mapping[str, list[float]], wall_s: float) -> Json:
+    """The whole ``report.json``: settings, requests, the table and per-layer coverage."""
+    per_layer_json: dict[str, Json] = {k: list[Json](v) for k, v in per_layer.items()}
+    return {"model": MODEL_NAME, "threshold": settings.threshold,
+            "prompts": list[Json](settings.prompts), "requests": list(requests),
+            "table": [repr(r) for r in rows], "rows": [_row_json(r) for r in rows],
+            "spearman_coverage_kl": rho, "per_layer_coverage": per_layer_json,
+            "wall_s": wall_s}

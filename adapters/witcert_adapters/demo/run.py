@@ -1,0 +1,149 @@
+"""The demo run: load the model, replay every prompt under every scheme, write the report.
+
+Main declarations
+-----------------
+- :func:`run_demo`: the whole run; writes ``report.txt``, ``report.json`` and
+  ``coverage.png`` and returns the JSON report.
+- :func:`measure_scheme`: one scheme over every reference.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, final
+
+import torch
+
+from witcert_adapters.demo.measure import spearman
+from witcert_adapters.demo.models import load_smollm2
+from witcert_adapters.demo.plot import plot_coverage
+from witcert_adapters.demo.reference import Reference, greedy_references
+from witcert_adapters.demo.replay import replay
+from witcert_adapters.demo.report import (
+    Json,
+    header_lines,
+    page_in_line,
+    report_json,
+    request_json,
+    request_lines,
+    table_lines,
+    wall_line,
+)
+from witcert_adapters.demo.settings import (
+    CONTINUATION,
+    DELTA_REQ,
+    DEMO_SCHEMES,
+    PROMPTS,
+    THRESHOLD,
+    DemoSettings,
+)
+from witcert_adapters.demo.tally import SchemeRow, SchemeTally
+from witcert_calculus import RiskLedger
+
+__all__ = ["SchemeReport", "measure_scheme", "run_demo"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class SchemeReport:
+    """One scheme measured over every reference.
+
+    Attributes:
+        row: its row of the measured table.
+        per_layer: per layer, the covered fraction of decode-step cells.
+        lines: the report's block of every request, in order.
+        requests: the JSON entry of every request, in order.
+    """
+
+    row: SchemeRow
+    per_layer: list[float]
+    lines: tuple[str, ...]
+    requests: tuple[Json, ...]
+
+
+def measure_scheme(model: Any, ledger: RiskLedger, scheme: str, refs: Sequence[Reference],
+                   settings: DemoSettings) -> SchemeReport:
+    """Replay every reference under ``scheme`` (one new request each) and tally them.
+
+    Args:
+        model: the model (eager attention).
+        ledger: the ledger every request is admitted into.
+        scheme: a registered scheme name.
+        refs: the references, in prompt order.
+        settings: the run's settings (threshold).
+
+    Returns:
+        The :class:`SchemeReport`.
+    """
+    tally = SchemeTally.start(scheme, layers=int(model.config.num_hidden_layers))
+    lines: list[str] = []
+    requests: list[Json] = []
+    for ref in refs:
+        result = replay(model, ledger, scheme, ref, delta_req=DELTA_REQ)
+        tally.add(result, threshold=settings.threshold)
+        page = page_in_line(result.run, settings.threshold)
+        lines += request_lines(result, threshold=settings.threshold, page_in=page)
+        requests.append(request_json(result, page_in=page))
+    return SchemeReport(tally.row(), tally.per_layer(), tuple(lines), tuple(requests))
+
+
+def _write(out: Path, lines: Sequence[str], report: Json, per_layer: dict[str, list[float]],
+           threshold: float) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.txt").write_text("\n".join(lines) + "\n")
+    (out / "report.json").write_text(json.dumps(report, indent=2, allow_nan=True))
+    plot_coverage(per_layer, threshold, out / "coverage.png")
+
+
+def run_demo(out: Path, *, schemes: tuple[str, ...] = DEMO_SCHEMES,
+             prompts: tuple[str, ...] = PROMPTS, continuation: int = CONTINUATION,
+             threshold: float = THRESHOLD, threads: int = 1) -> Json:
+    """Run the demo and write ``report.txt``, ``report.json`` and ``coverage.png`` into ``out``.
+
+    The report is also printed.
+
+    Args:
+        out: the output folder (created if missing).
+        schemes: registered scheme names, in report order.
+        prompts: the prompts, in report order.
+        continuation: greedy reference tokens per prompt.
+        threshold: the coverage threshold.
+        threads: torch CPU threads.
+
+    Returns:
+        The JSON-ready report (what ``report.json`` holds).
+
+    Raises:
+        InvalidValueError: an unknown scheme or a setting out of range.
+
+    Example:
+        >>> # run_demo(Path("out/demo"), schemes=("int8_token", "dither_int8"))
+    """
+    settings = DemoSettings(schemes=schemes, prompts=prompts, continuation=continuation,
+                            threshold=threshold, threads=threads)
+    torch.set_num_threads(settings.threads)
+    t0 = time.perf_counter()
+    model, tokenizer = load_smollm2()
+    lines = header_lines(settings, load_s=time.perf_counter() - t0)
+    refs = greedy_references(model, tokenizer, settings.prompts,
+                             continuation=settings.continuation)
+    ledger = RiskLedger()
+    measured = [measure_scheme(model, ledger, scheme, refs, settings)
+                for scheme in settings.schemes]
+    for m in measured:
+        lines += m.lines
+    rows = [m.row for m in measured]
+    rho = spearman([r.coverage for r in rows], [r.kl for r in rows])
+    lines += table_lines(rows, rho=rho, settings=settings)
+    wall = time.perf_counter() - t0
+    lines.append(wall_line(wall))
+    per_layer = {m.row.scheme: m.per_layer for m in measured}
+    report = report_json(settings, requests=[r for m in measured for r in m.requests],
+                         rows=rows, rho=rho, per_layer=per_layer, wall_s=wall)
+    _write(out, lines, report, per_layer, settings.threshold)
+    print("\n".join(lines))
+    return report

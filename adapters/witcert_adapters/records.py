@@ -1,0 +1,159 @@
+"""Per-layer records of an attention probe's run: one frozen value per layer and path.
+
+A :class:`LayerRecord` holds what one attention layer produced during a request, split by
+the path that produced it: the write path (witnesses of the compressed entries), the read
+path (the Tier-A meter on every metered query row), Tier B (the probabilistic certificate
+of a dithered key store) and the audit (true errors against exact attention). A path that
+produced nothing has no sub-record, so a present sub-record is always complete.
+
+Cells are indexed ``[batch, head, position]``; positions are absolute query positions.
+Arrays are numpy (float64 unless stated); they are the probe's results, converted once
+when the run is collected.
+
+Main declarations
+-----------------
+- :class:`WriteRecord`, :class:`ReadRecord`, :class:`TierBRecord`, :class:`AuditRecord`.
+- :class:`LayerRecord`: one layer's sub-records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import final
+
+import numpy as np
+import numpy.typing as npt
+
+from witcert_adapters.runs import ProbePath
+
+__all__ = ["AuditRecord", "FloatArray", "IntArray", "LayerRecord", "ReadRecord", "TierBRecord",
+           "WriteRecord"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class WriteRecord:
+    """What a layer's write path recorded.
+
+    Attributes:
+        tokens: tokens written.
+        witness_max: the largest band witness over every logit part.
+        witness_full_max: the largest full-residual witness ``||k_hat - k||`` of the first
+            logit slot (an input of the coarse chain).
+    """
+
+    tokens: int
+    witness_max: float
+    witness_full_max: float
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReadRecord:
+    """What a layer's read path metered (Tier A, deterministic).
+
+    Attributes:
+        rows: query rows metered.
+        meter: raw min-form TV bound ``[B, H, T]`` (``inf`` = overflow, reported as saturation).
+        one_sided / two_sided: the two forms behind :attr:`meter`.
+        c_max: ``max_t c_t`` per cell (the logit sup-norm bound).
+        positions: the query positions ``[T]`` (int64).
+        q_norm_max: the largest norm of the first logit slot's query (an input of the
+            coarse chain).
+        last_p / last_c: ``p_tilde`` and ``c`` of the final query row ``[B, H, S]``.
+        out_bound: attention-output error bound ``[B, H, T]`` (dense memories), else ``None``.
+    """
+
+    rows: int
+    meter: FloatArray
+    one_sided: FloatArray
+    two_sided: FloatArray
+    c_max: FloatArray
+    positions: IntArray
+    q_norm_max: float
+    last_p: FloatArray
+    last_c: FloatArray
+    out_bound: FloatArray | None = None
+
+    def reported(self) -> FloatArray:
+        """The reported meter ``min(1, raw)``."""
+        return np.minimum(1.0, self.meter)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class TierBRecord:
+    """A layer's Tier-B (probabilistic, non-adaptive scope) certificate per cell.
+
+    Attributes:
+        meter: raw Tier-B min-form bound ``[B, H, T]``, cell for cell with the Tier-A meter.
+        delta_loc: the per-cell failure probability of each row ``[T]``.
+        last_u: the per-token bound ``c_t`` of the final query row ``[B, H, S]``.
+    """
+
+    meter: FloatArray
+    delta_loc: FloatArray
+    last_u: FloatArray
+
+    def reported(self) -> FloatArray:
+        """The reported Tier-B bound ``min(1, raw)``."""
+        return np.minimum(1.0, self.meter)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """A layer's true errors against exact attention (float64 references).
+
+    Attributes:
+        true_tv: true TV per cell ``[B, H, T]``.
+        true_out: true attention-output error per cell (dense memories), else ``None``.
+    """
+
+    true_tv: FloatArray
+    true_out: FloatArray | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class LayerRecord:
+    """Everything one attention layer produced during a request, by path.
+
+    Attributes:
+        layer: the layer index.
+        write: the write path's record, or ``None`` when the layer wrote nothing.
+        read: the read path's record, or ``None`` when no row was metered.
+        tier_b: the Tier-B record, or ``None`` (no ledger, or a scheme without dither).
+        audit: the audit record, or ``None`` (``audit=False``).
+
+    Example:
+        >>> rec = LayerRecord(3, write=WriteRecord(6, 0.5, 0.75))
+        >>> rec.writes, rec.reads, sorted(rec.paths)
+        (6, 0, [<ProbePath.WRITE: 'write'>])
+    """
+
+    layer: int
+    write: WriteRecord | None = None
+    read: ReadRecord | None = None
+    tier_b: TierBRecord | None = None
+    audit: AuditRecord | None = None
+
+    @property
+    def writes(self) -> int:
+        """Tokens written (0 without a write record)."""
+        return 0 if self.write is None else self.write.tokens
+
+    @property
+    def reads(self) -> int:
+        """Query rows metered (0 without a read record)."""
+        return 0 if self.read is None else self.read.rows
+
+    @property
+    def paths(self) -> frozenset[ProbePath]:
+        """The paths that produced data."""
+        present = ((ProbePath.WRITE, self.write), (ProbePath.READ, self.read),
+                   (ProbePath.TIER_B, self.tier_b), (ProbePath.AUDIT, self.audit))
+        return frozenset(path for path, rec in present if rec is not None)

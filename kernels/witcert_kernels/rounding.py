@@ -1,0 +1,45 @@
+"""Torch twin of the outward-rounding rule of :mod:`witcert_calculus.rounding`.
+
+The rule, its exceptions and every formula's margins are stated once, in
+:mod:`witcert_calculus.rounding`; this module applies ``next_up(y (1 + gamma) + alpha)``
+to float64 tensors exactly as :func:`witcert_calculus.rounding.outward` does to arrays,
+so that the torch meters are outward with the very same margins.
+
+Main declarations:
+
+- :func:`outward`: the rule on float64 tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["outward"]
+
+
+def outward(value: torch.Tensor, *, gamma: torch.Tensor | float, alpha: torch.Tensor | float,
+            exact: torch.Tensor | None = None) -> torch.Tensor:
+    """The rule: ``next_up(value * (1 + gamma) + alpha)``, except exact or non-finite entries.
+
+    Args:
+        value: the float64 evaluation of a bound.
+        gamma: relative margin (scalar or broadcast tensor), from a margin function of
+            :mod:`witcert_calculus.rounding`.
+        alpha: absolute margin (scalar or broadcast tensor).
+        exact: boolean tensor of entries whose value is exactly right (kept as they are).
+
+    Returns:
+        The outward-rounded bound, never below the exact value it bounds.
+
+    Example:
+        >>> y = outward(torch.tensor([1.0, 0.0, float("inf")], dtype=torch.float64),
+        ...             gamma=0.0, alpha=0.0, exact=torch.tensor([False, True, False]))
+        >>> y.tolist()
+        [1.0000000000000002, 0.0, inf]
+    """
+    raised = value * (1.0 + gamma) + alpha
+    up = torch.nextafter(raised, torch.full_like(raised, float("inf")))
+    keep = ~torch.isfinite(value)
+    if exact is not None:
+        keep = keep | exact
+    return torch.where(keep, value, up)

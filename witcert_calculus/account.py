@@ -1,0 +1,337 @@
+"""One request's account: the three admission rules and the state they move.
+
+An account holds a request's budget (a :class:`~witcert_calculus.budget.Probability`
+in ``(0, 1)``), its exact spend, the allowance of its next probabilistic event,
+its counters (tallied by :class:`~witcert_calculus.records.EventKind`, read as
+an :class:`~witcert_calculus.records.EventCounts`), its entry statistics and the
+tier of its verdict. It moves in two steps per admission:
+
+1. :meth:`Account.propose` applies the rules to a reading and returns the
+   :class:`~witcert_calculus.events.Admit` event, changing nothing:
+   empirical readings never enter the budget (they fall back or degrade the
+   verdict), deterministic certificates enter at delta = 0 (Lean:
+   ``WitCert.Ledger.two_layer_budget``), probabilistic ones draw the telescoping
+   allowance ``delta_req / ((i+1)(i+2))`` and are refused above it (Lean:
+   ``WitCert.Ledger.telescope_sum_eq``, ``WitCert.Ledger.telescope_partial_lt``).
+2. :meth:`Account.apply` applies an event, live or replayed from a journal;
+   it refuses an event that does not follow the account's state (wrong
+   ordinal, a charge that is not the allowance, a spend that would reach the
+   budget) before anything changes.
+
+:class:`Accounts` is the directory of a ledger's accounts: request ids are
+monotone and never reused, and a closed account stays readable. Neither is
+thread-safe; their :class:`~witcert_calculus.ledger.RiskLedger` serializes access.
+
+Main declarations:
+
+- :class:`Account`: one request's state.
+- :class:`Accounts`: the accounts by request id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any, final
+
+from witcert_calculus.budget import Probability, telescoping_delta
+from witcert_calculus.contracts import Reading, Regime
+from witcert_calculus.errors import (
+    BudgetExceededError,
+    InvalidValueError,
+    JournalError,
+    ReusedRequestIdError,
+    UnknownRequestError,
+)
+from witcert_calculus.events import Admit, AdmitEntries
+from witcert_calculus.records import (
+    Admission,
+    Decision,
+    EmpiricalPolicy,
+    EventCounts,
+    EventKind,
+    Verdict,
+)
+from witcert_calculus.tiers import Tier, decide_tier, weakest
+from witcert_calculus.validation import integer
+
+__all__ = [
+    "Account",
+    "Accounts",
+]
+
+_CERTIFICATES = (EventKind.DETERMINISTIC, EventKind.PROBABILISTIC)
+_ZERO = Fraction(0)
+
+
+@final
+class Account:
+    """The state of one request's account.
+
+    Args:
+        request_id: the account's id.
+        budget: the request's ``delta_req``, in ``(0, 1)``.
+
+    Example:
+        >>> from witcert_calculus.metrics import AttentionTV, AtConsume
+        >>> from witcert_calculus.tiers import Proof
+        >>> acct = Account(1, Probability.budget("1/100"))
+        >>> cert = Reading(AttentionTV[AtConsume], 0.01,
+        ...                evidence=Proof("WitCert.Meters.tv_eform_sound"), delta=acct.allowance)
+        >>> event = acct.propose(cert, EmpiricalPolicy.FALLBACK, token=None)
+        >>> acct.apply(event, where="<memory>").spent, acct.allowance
+        (Fraction(1, 200), Fraction(1, 600))
+    """
+
+    __slots__ = ("_saturated", "_tally", "allowance", "budget", "closed", "entries",
+                 "entries_kept", "ordinal", "request_id", "spent", "steps", "tier",
+                 "vacuous_steps", "worst_step_bound")
+
+    def __init__(self, request_id: int, budget: Probability) -> None:
+        self.request_id = request_id
+        self.budget = budget
+        self.spent = Fraction(0)
+        self.allowance = telescoping_delta(0, budget)  # next probabilistic event's, kept current
+        self.ordinal = 0
+        self._tally = dict.fromkeys(EventKind, 0)
+        self._saturated = 0
+        self.tier = Tier.CERTIFIED
+        self.entries = 0
+        self.entries_kept = 0
+        self.steps = 0
+        self.vacuous_steps = 0
+        self.worst_step_bound = 0.0
+        self.closed = False
+
+    def propose(self, reading: Reading[Any], policy: EmpiricalPolicy, *,
+                token: str | None) -> Admit:
+        """The admission event of ``reading`` under the three rules; the account does not change.
+
+        Args:
+            reading: the certificate (or empirical reading).
+            policy: what an empirical reading does.
+            token: the caller's idempotency token, if any.
+
+        Returns:
+            The event: its kind, the allowance it draws and the tier it caps the verdict to.
+
+        Raises:
+            InvalidValueError: for a non-reading or a bad policy.
+            BudgetExceededError: if a probabilistic reading's delta exceeds the
+                next telescoping allowance.
+        """
+        if not isinstance(reading, Reading):
+            raise InvalidValueError("reading", reading, "must be a Reading")
+        if not isinstance(policy, EmpiricalPolicy):
+            raise InvalidValueError("on_empirical", policy, "must be an EmpiricalPolicy")
+        intrinsic = decide_tier(reading.evidence)
+        kind, charged = EventKind.DETERMINISTIC, _ZERO
+        if reading.regime is not Regime.BOUND or intrinsic is Tier.EMPIRICAL:
+            # Rule 1: empirical objects never enter the budget.
+            if policy is EmpiricalPolicy.FALLBACK:
+                kind, cap = EventKind.EMPIRICAL_FALLBACK, Tier.CERTIFIED
+            else:
+                kind, cap = EventKind.EMPIRICAL_DEGRADED, Tier.EMPIRICAL
+        else:
+            cap = Tier.PARTIALLY_CERTIFIED if reading.tier is Tier.SATURATED else intrinsic
+            delta = reading.delta if isinstance(reading.delta, Fraction) else Fraction(
+                reading.delta)
+            # Rule 2 (delta = 0): WitCert.Ledger.two_layer_budget.
+            if delta != 0:
+                # Rule 3: WitCert.Ledger.telescope_sum_eq / telescope_partial_lt.
+                if delta > self.allowance:
+                    raise BudgetExceededError(
+                        self.request_id, str(self.spent), str(delta),
+                        f"{self.budget.to_text()} (the next telescoping allowance is "
+                        f"{self.allowance})")
+                kind, charged = EventKind.PROBABILISTIC, self.allowance
+        return Admit(request_id=self.request_id, ordinal=self.ordinal, kind=kind,
+                     charged=charged, cap=cap, tier=reading.tier,
+                     saturated=reading.tier is Tier.SATURATED, token=token)
+
+    def apply(self, event: Admit | AdmitEntries, *, where: str,
+              before: Callable[[], None] | None = None) -> Admission:
+        """Apply an admission (live or replayed); return its acknowledgement.
+
+        The event is first checked against the account, and nothing changes when
+        it does not follow the account's state.
+
+        Args:
+            event: the admission, or an entry batch.
+            where: the journal path, for the error message.
+            before: run once the checks pass and before the account changes
+                (the ledger writes an entry batch's slots there).
+
+        Returns:
+            The acknowledgement: kind, decision, charge and the exact spend after it.
+
+        Raises:
+            JournalError: for an ordinal other than the account's (an event
+                applied twice), a charge other than the allowance, or a spend
+                that would reach the budget.
+        """
+        charge = event.charge if isinstance(event, AdmitEntries) else event
+        kind, charged = charge.kind, charge.charged
+        if charge.ordinal != self.ordinal:
+            raise JournalError(where, f"request {self.request_id}: event ordinal "
+                               f"{charge.ordinal} applied at ordinal {self.ordinal} "
+                               "(applied twice?)")
+        spent = self.spent
+        if kind is EventKind.PROBABILISTIC:
+            expected = self.allowance
+            if charged is not expected and charged != expected:
+                raise JournalError(where, f"request {self.request_id}: charge {charged} "
+                                   f"is not the allowance {expected}")
+            spent = spent + charged
+            if spent >= self.budget.exact:  # cannot happen: WitCert.Ledger.telescope_partial_lt
+                raise JournalError(where, f"request {self.request_id}: spend {spent} "
+                                   f"reaches its budget {self.budget.to_text()}")
+        elif charged != 0:
+            raise JournalError(where, f"{kind.value} event charged {charged}")
+        if before is not None:
+            before()
+        if isinstance(event, AdmitEntries):
+            self.entries += event.n_entries
+            self.entries_kept += event.n_kept
+            self.steps += 1
+            if kind is not EventKind.EMPIRICAL_FALLBACK:
+                if event.vacuous:
+                    self.vacuous_steps += 1
+                self.worst_step_bound = max(self.worst_step_bound, event.step_bound)
+        prob_index: int | None = None
+        if kind is EventKind.PROBABILISTIC:
+            prob_index = self._tally[kind]
+            self.allowance = telescoping_delta(prob_index + 1, self.budget)
+        self._tally[kind] += 1
+        if charge.saturated and kind in _CERTIFICATES:
+            self._saturated += 1
+        self.spent = spent
+        self.tier = weakest(self.tier, charge.cap)
+        ordinal = self.ordinal
+        self.ordinal += 1
+        return Admission(request_id=self.request_id, ordinal=ordinal, kind=kind,
+                         decision=Decision.FALLBACK if kind is EventKind.EMPIRICAL_FALLBACK
+                         else Decision.USE,
+                         tier=charge.tier, charged=charged, spent=spent,
+                         prob_index=prob_index, token=charge.token)
+
+    @property
+    def counts(self) -> EventCounts:
+        """Admissions so far, by kind."""
+        return EventCounts.of(self._tally, saturated=self._saturated)
+
+    def close(self) -> Verdict:
+        """Close the account; return its final verdict."""
+        self.closed = True
+        return self.verdict()
+
+    @property
+    def spent_fraction(self) -> Fraction:
+        """``spent / delta_req`` (always < 1)."""
+        return self.spent / self.budget.exact
+
+    def verdict(self) -> Verdict:
+        """The account's verdict now."""
+        return Verdict(
+            request_id=self.request_id, tier=self.tier, delta_req=self.budget.exact,
+            spent=self.spent, counts=self.counts, entries=self.entries,
+            entries_kept=self.entries_kept,
+            retained_fraction=None if self.entries == 0 else Fraction(self.entries_kept,
+                                                                      self.entries),
+            steps=self.steps, vacuous_steps=self.vacuous_steps,
+            worst_step_bound=self.worst_step_bound, closed=self.closed)
+
+
+@final
+class Accounts:
+    """A ledger's accounts by request id; ids are monotone and never reused.
+
+    Example:
+        >>> book = Accounts()
+        >>> book.add(book.next_id(None), Probability.budget("1/10"), where="<memory>")
+        1
+        >>> book.open_account(1).allowance, book.next_id(5)
+        (Fraction(1, 20), 5)
+    """
+
+    __slots__ = ("_by_id", "_last_id")
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, Account] = {}
+        self._last_id = 0
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __iter__(self) -> Iterator[Account]:
+        return iter(self._by_id.values())
+
+    def ids(self) -> tuple[int, ...]:
+        """Every request id ever opened, ascending."""
+        return tuple(sorted(self._by_id))
+
+    def next_id(self, want: int | None) -> int:
+        """The id a new request gets: ``want``, or the next one after the last.
+
+        Raises:
+            ReusedRequestIdError: if ``want`` does not exceed the last id.
+            InvalidValueError: if ``want`` is below 1.
+        """
+        rid = self._last_id + 1 if want is None else want
+        if rid <= self._last_id:
+            raise ReusedRequestIdError(rid, self._last_id)
+        if rid < 1:
+            raise InvalidValueError("request_id", rid, "must be >= 1")
+        return rid
+
+    def add(self, request_id: int, budget: Probability, *, where: str) -> int:
+        """Open the account of a new request id; return the id.
+
+        Raises:
+            JournalError: if the id does not exceed the last one (a replayed id reused).
+        """
+        if request_id <= self._last_id:
+            raise JournalError(where, f"request id {request_id} reused")
+        self._last_id = request_id
+        self._by_id[request_id] = Account(request_id, budget)
+        return request_id
+
+    def is_open(self, request_id: object) -> bool:
+        """Whether ``request_id`` is an int naming an open account."""
+        acct = self._by_id.get(request_id) if isinstance(request_id, int) else None
+        return acct is not None and not acct.closed
+
+    def get(self, request_id: object) -> Account:
+        """The account of an id ever opened (open or closed).
+
+        Raises:
+            InvalidValueError: if ``request_id`` is not an int.
+            UnknownRequestError: for an id never opened.
+        """
+        acct = self._by_id.get(integer("request_id", request_id))
+        if acct is None:
+            raise UnknownRequestError(request_id)
+        return acct
+
+    def open_account(self, request_id: object) -> Account:
+        """The account of an open request.
+
+        Raises:
+            InvalidValueError: if ``request_id`` is not an int.
+            UnknownRequestError: for an id never opened, or closed.
+        """
+        acct = self.get(request_id)
+        if acct.closed:
+            raise UnknownRequestError(request_id)
+        return acct
+
+    def live(self, request_id: int, *, where: str) -> Account:
+        """The open account a replayed event names.
+
+        Raises:
+            JournalError: if the request is not open.
+        """
+        acct = self._by_id.get(request_id)
+        if acct is None or acct.closed:
+            raise JournalError(where, f"event for request {request_id}, which is not open")
+        return acct

@@ -1,0 +1,359 @@
+"""The Tier-A TV forms: deterministic bounds on attention total variation from logit bounds.
+
+Setting: one layer, head and decode step; ``p`` and ``p_tilde`` are the softmax
+attention over ``S`` cached tokens from exact and compressed keys; ``eps_t`` the
+logit error of token ``t``; ``c_t >= |eps_t|`` any per-token bound (e.g.
+:func:`witcert_calculus.witness.logit_bound` of the stored band witness).
+``TV(p, p_tilde) = 1/2 sum |p_t - p_tilde_t|``. Every TV bound is reported as
+``min(1, raw)``; ``raw`` (which may be ``inf``) is kept next to it as a risk score.
+
+The bounds hold for any cache-preserving quantizer and any query, adaptive or not.
+With ``A = sum_t p_tilde_t e^{c_t}`` and ``A- = sum_t p_tilde_t e^{-c_t}``:
+
+- e-form ``TV <= (A^2 - 1) / 2`` (Lean ``WitCert.Meters.tv_eform_sound``);
+- two-sided ``TV <= (A/A- - A-/A) / 2`` (``WitCert.Meters.tv_two_sided_sound``);
+- retention ``TV <= 1/2 sum_t p_tilde_t min(A e^{c_t} - 1, max(e^{c_t}/A- - 1,
+  1 - e^{-c_t}/A))`` (``WitCert.Meters.tv_retention_sound``);
+- the meter ``min(1, e-form, two-sided)``;
+- the comparison shape ``tanh(max_t c_t)`` (``WitCert.Analytic.softmax_tv_tanh_sound``
+  gives ``TV <= tanh(osc/4) <= tanh(max c / 2) <= tanh(max c)``).
+
+``A`` and ``A-`` are evaluated as ``log1p(sum p_tilde expm1(+-c))`` (accurate for
+small ``c``) or by a log-sum-exp (large ``c``); an overflow reports saturation
+with ``raw = inf``; ``c`` is never truncated. Each form is rounded outward by the rule of
+:mod:`witcert_calculus.rounding` with :func:`witcert_calculus.rounding.tv_margin`.
+The torch version (``witcert_kernels.meter.tv_bounds_batch``) evaluates the same
+expressions and returns the same :class:`TVBatch` type.
+
+Main declarations:
+
+- :class:`TVBound`: one query's bound (raw and reported) with its theorem.
+- :class:`TVBatch`: every form for a batch of queries (numpy arrays or torch tensors).
+- :func:`tv_eform`, :func:`tv_two_sided`, :func:`tv_retention`, :func:`tv_meter`,
+  :func:`tv_tanh_max`, :func:`tv_bounds_batch`
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar, final
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from witcert_calculus.contracts import Reading
+from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.metrics import AtConsume, AttentionTV
+from witcert_calculus.rounding import outward, tanh_margin, tv_margin
+from witcert_calculus.theorems import (
+    SOFTMAX_TV_TANH_SOUND,
+    TV_EFORM_SOUND,
+    TV_RETENTION_SOUND,
+    TV_TWO_SIDED_SOUND,
+)
+from witcert_calculus.tiers import Premise, Proof
+from witcert_calculus.validation import F64, nonneg_array, weights_and_bounds
+
+__all__ = [
+    "TVBatch",
+    "TVBound",
+    "tv_bounds_batch",
+    "tv_eform",
+    "tv_meter",
+    "tv_retention",
+    "tv_tanh_max",
+    "tv_two_sided",
+]
+
+ArrayT = TypeVar("ArrayT")
+
+_PREMISE_C = "c_t >= |eps_t| for every token t (per-token logit error bound)"
+
+
+# --------------------------------------------------------------------------- log domain
+# Batched cores over the last axis; the torch version mirrors each one line by line.
+
+def _lse(logs: F64) -> F64:
+    """log sum exp along the last axis; all -inf gives -inf, any +inf gives +inf."""
+    m: F64 = logs.max(axis=-1)
+    finite_m: F64 = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        body: F64 = finite_m + np.log(np.exp(logs - finite_m[..., None]).sum(axis=-1))
+    out: F64 = np.where(np.isinf(m), m, body)
+    return out
+
+
+def _log_p(p: F64) -> F64:
+    with np.errstate(divide="ignore"):
+        out: F64 = np.where(p > 0, np.log(np.where(p > 0, p, 1.0)), -np.inf)
+    return out
+
+
+def _log_a_plus(p: F64, c: F64) -> F64:
+    """log A = log sum p e^{c} along the last axis (p > 0 entries only)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        b: F64 = np.where(p > 0, p * np.expm1(c), 0.0).sum(axis=-1)
+        small: F64 = np.log1p(b)
+        ok = np.isfinite(b)
+        if ok.all():
+            return small
+        logs: F64 = np.where(p > 0, _log_p(p) + c, -np.inf)
+    out: F64 = np.where(ok, small, _lse(logs))
+    return out
+
+
+def _log_a_minus(p: F64, c: F64) -> F64:
+    """log A- = log sum p e^{-c} along the last axis (p > 0 entries only)."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        b: F64 = np.where(p > 0, p * np.expm1(-c), 0.0).sum(axis=-1)
+        small: F64 = np.log1p(b)
+        ok = b > -0.5
+        if ok.all():
+            return small
+        logs: F64 = np.where(p > 0, _log_p(p) - c, -np.inf)
+    out: F64 = np.where(ok, small, _lse(logs))
+    return out
+
+
+def _eform_raw(log_a: F64) -> F64:
+    with np.errstate(over="ignore"):
+        b = np.expm1(log_a)
+        out: F64 = 0.5 * b * (b + 2.0)
+    return out
+
+
+def _two_sided_raw(log_a: F64, log_am: F64) -> F64:
+    with np.errstate(over="ignore", invalid="ignore"):
+        out: F64 = np.sinh(log_a - log_am)
+    return out
+
+
+def _retention_raw(p: F64, c: F64, log_a: F64, log_am: F64) -> F64:
+    la = log_a[..., None]
+    lm = log_am[..., None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        one_sided = np.expm1(la + c)
+        up = np.expm1(c - lm)
+        down = -np.expm1(-c - la)
+        per = np.minimum(one_sided, np.maximum(up, down))
+        out: F64 = 0.5 * np.where(p > 0, p * per, 0.0).sum(axis=-1)
+    return out
+
+
+def _forms(p: F64, c: F64, *, retention: bool = True) -> tuple[F64, F64, F64, F64, F64]:
+    """log A, log A-, and the outward-rounded e-form, two-sided and retention bounds."""
+    la = _log_a_plus(p, c)
+    lm = _log_a_minus(p, c)
+    margin = tv_margin(p.shape[-1])
+    cmax: F64 = np.where(np.isfinite(c), c, 0.0).max(axis=-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        gamma = margin.gamma * (1.0 + (np.abs(la) + np.abs(lm) + cmax))
+    # c = 0 everywhere gives A = A- = 1 exactly and the exact bound 0.
+    exact = cmax == 0
+    e = outward(_eform_raw(la), gamma=gamma, alpha=margin.alpha, exact=exact)
+    t = outward(_two_sided_raw(la, lm), gamma=gamma, alpha=margin.alpha, exact=exact)
+    if not retention:
+        return la, lm, e, t, e
+    # retention <= e-form holds exactly; each is rounded outward on its own, so keep
+    # the smaller of two sound bounds
+    r = np.minimum(outward(_retention_raw(p, c, la, lm), gamma=gamma, alpha=margin.alpha,
+                           exact=exact), e)
+    return la, lm, e, t, r
+
+
+def _tanh_max(c: F64) -> F64:
+    """tanh(max_t c_t) along the last axis, rounded outward (1 and 0 are exact)."""
+    t: F64 = np.tanh(c.max(axis=-1))
+    margin = tanh_margin()
+    return outward(t, gamma=margin.gamma, alpha=margin.alpha, exact=(t == 0) | (t >= 1.0))
+
+
+# --------------------------------------------------------------------------- values
+
+@final
+@dataclass(frozen=True, slots=True)
+class TVBound:
+    """A total-variation bound for one query.
+
+    Attributes:
+        raw: the unclamped bound (a risk score; ``inf`` after an overflow).
+        value: the reported bound ``min(1, raw)``.
+        theorem: the Lean theorem that proves it.
+        form: which formula produced it (``"eform"``, ``"two_sided"``, ...).
+    """
+
+    raw: float
+    value: float
+    theorem: str
+    form: str
+
+    @property
+    def saturated(self) -> bool:
+        """True when the bound says nothing (``raw >= 1``)."""
+        return self.raw >= 1.0
+
+    def reading(self) -> Reading[AttentionTV[AtConsume]]:
+        """This bound as a typed reading of ``AttentionTV[AtConsume]``.
+
+        The tier is decided by the machine: CERTIFIED below 1, SATURATED otherwise.
+
+        Example:
+            >>> tv_eform(np.array([0.5, 0.5]), np.array([0.01, 0.02])).reading().tier.name
+            'CERTIFIED'
+        """
+        evidence = Proof(self.theorem, (Premise(_PREMISE_C, True),
+                                        Premise("p_tilde is a probability vector", True)))
+        return Reading(AttentionTV[AtConsume], self.raw, evidence=evidence)
+
+
+def _tv(raw: float, theorem: str, form: str) -> TVBound:
+    return TVBound(raw=raw, value=min(1.0, raw), theorem=theorem, form=form)
+
+
+@final
+@dataclass(frozen=True, slots=True, eq=False)
+class TVBatch(Generic[ArrayT]):
+    """Raw TV bounds of many queries at once, one entry per query.
+
+    The numpy :func:`tv_bounds_batch` fills it with float64 arrays of shape ``(N,)``;
+    the torch version with float64 tensors of the batch's leading shape.
+
+    Attributes:
+        eform: ``(A^2 - 1) / 2``.
+        two_sided: ``(A/A- - A-/A) / 2``.
+        retention: the per-token retention form.
+        meter: ``min(eform, two_sided)`` (report ``min(1, meter)``).
+        tanh_max: ``tanh(max_t c_t)``.
+        log_a: ``log A``; ``log_a_minus``: ``log A-``.
+    """
+
+    eform: ArrayT
+    two_sided: ArrayT
+    retention: ArrayT
+    meter: ArrayT
+    tanh_max: ArrayT
+    log_a: ArrayT
+    log_a_minus: ArrayT
+
+
+def tv_bounds_batch(p_tilde: ArrayLike, c: ArrayLike) -> TVBatch[F64]:
+    """All TV bounds for a batch of queries, vectorized.
+
+    Args:
+        p_tilde: compressed attention, shape ``(N, S)``; rows sum to 1 (within 1e-6,
+            renormalized).
+        c: per-token logit error bounds ``>= 0`` (``inf`` allowed), shape ``(N, S)``.
+
+    Returns:
+        A :class:`TVBatch` of raw bounds.
+
+    Raises:
+        InvalidValueError: on NaN, negative ``c``, mismatched shapes, rows not summing to 1.
+
+    Example:
+        >>> b = tv_bounds_batch(np.full((2, 4), 0.25), np.zeros((2, 4)))
+        >>> b.meter.tolist()
+        [0.0, 0.0]
+    """
+    p, cc = weights_and_bounds(p_tilde, c, ndim=2)
+    la, lm, e, t, r = _forms(p, cc)
+    return TVBatch(eform=e, two_sided=t, retention=r, meter=np.minimum(e, t),
+                   tanh_max=_tanh_max(cc), log_a=la, log_a_minus=lm)
+
+
+def tv_eform(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
+    """e-form bound ``TV <= (A^2 - 1) / 2`` with ``A = sum_t p_tilde_t e^{c_t}``.
+
+    Lean: ``WitCert.Meters.tv_eform_sound``.
+
+    Args:
+        p_tilde: compressed attention over ``S`` tokens, shape ``(S,)``.
+        c: per-token bounds ``c_t >= |eps_t|``, shape ``(S,)``; ``inf`` allowed.
+
+    Returns:
+        A :class:`TVBound` (``raw`` may be ``inf``; ``value = min(1, raw)``).
+
+    Raises:
+        InvalidValueError: on NaN, negative ``c``, shape mismatch, ``sum(p_tilde) != 1``.
+
+    Example:
+        >>> round(tv_eform(np.array([0.5, 0.5]), np.array([0.1, 0.1])).raw, 6)
+        0.110701
+    """
+    p, cc = weights_and_bounds(p_tilde, c, ndim=1)
+    return _tv(float(_forms(p, cc, retention=False)[2]), TV_EFORM_SOUND, "eform")
+
+
+def tv_two_sided(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
+    """Two-sided bound ``TV <= (A/A- - A-/A) / 2 = sinh(log A - log A-)``.
+
+    Lean: ``WitCert.Meters.tv_two_sided_sound``. Arguments, returns and raises as
+    :func:`tv_eform`.
+
+    Example:
+        >>> round(tv_two_sided(np.array([0.99, 0.01]), np.array([0.0, 4.0])).raw, 6)
+        0.453276
+    """
+    p, cc = weights_and_bounds(p_tilde, c, ndim=1)
+    return _tv(float(_forms(p, cc, retention=False)[3]), TV_TWO_SIDED_SOUND, "two_sided")
+
+
+def tv_retention(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
+    """Per-token retention bound (never above the e-form).
+
+    ``TV <= 1/2 sum_t p_tilde_t min(A e^{c_t} - 1, max(e^{c_t}/A- - 1, 1 - e^{-c_t}/A))``.
+    Lean: ``WitCert.Meters.tv_retention_sound``. Arguments, returns and raises as
+    :func:`tv_eform`.
+
+    Example:
+        >>> p, c = np.array([0.5, 0.5]), np.array([0.1, 0.1])
+        >>> tv_retention(p, c).raw <= tv_eform(p, c).raw
+        True
+    """
+    p, cc = weights_and_bounds(p_tilde, c, ndim=1)
+    return _tv(float(_forms(p, cc)[4]), TV_RETENTION_SOUND, "retention")
+
+
+def tv_meter(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
+    """The WitCert meter ``min(1, e-form, two-sided)``.
+
+    The returned bound names the theorem of the form that attains the minimum.
+    Arguments, returns and raises as :func:`tv_eform`.
+
+    Example:
+        >>> m = tv_meter(np.array([0.99, 0.01]), np.array([0.0, 4.0]))
+        >>> (round(m.raw, 6), m.form)
+        (0.453276, 'two_sided')
+    """
+    p, cc = weights_and_bounds(p_tilde, c, ndim=1)
+    _, _, ea, ta, _ = _forms(p, cc, retention=False)
+    e, t = float(ea), float(ta)
+    if t < e:
+        return _tv(t, TV_TWO_SIDED_SOUND, "two_sided")
+    return _tv(e, TV_EFORM_SOUND, "eform")
+
+
+def tv_tanh_max(c: ArrayLike) -> TVBound:
+    """Deterministic comparison shape ``TV <= tanh(max_t c_t)``.
+
+    Sound because the oscillation of the logit error is at most ``2 max c`` and
+    ``TV <= tanh(osc / 4)`` (Lean ``WitCert.Analytic.softmax_tv_tanh_sound``);
+    it ignores ``p_tilde`` and is kept as a comparison for the meter.
+
+    Args:
+        c: per-token bounds ``c_t >= |eps_t|``, shape ``(S,)``; ``inf`` allowed.
+
+    Returns:
+        A :class:`TVBound`.
+
+    Raises:
+        InvalidValueError: on NaN, negative or empty ``c``.
+
+    Example:
+        >>> round(tv_tanh_max(np.array([0.1, 0.3])).raw, 6)
+        0.291313
+    """
+    cc = nonneg_array("c", c, ndim=1, allow_inf=True)
+    if cc.size == 0:
+        raise InvalidValueError("c", "empty array", "must hold at least one token")
+    return _tv(float(_tanh_max(cc)), SOFTMAX_TV_TANH_SOUND, "tanh_max")
