@@ -18,6 +18,40 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = ROOT / "docs" / "demo_report.txt"
+PLATFORM = ROOT / "docs" / "demo_report.platform"
+NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+
+
+def platform_id() -> str:
+    """The machine the numbers depend on: CPU model, torch's CPU kernels, torch version.
+
+    Keys are quantized with rounding, which is discontinuous: a float difference in the
+    model's forward pass (another CPU's matrix kernels) can move a key across a rounding
+    boundary and change a witness by a whole quantization step. The report's numbers are
+    therefore reproducible on one platform, not across platforms.
+    """
+    import platform
+
+    import torch
+
+    model = "unknown cpu"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return (f"{platform.machine()}; {model}; torch {torch.__version__} "
+            f"({torch.backends.cpu.get_cpu_capability()})\n")
+
+
+def skeleton(report: str) -> str:
+    """The report's words and structure: numbers, number lists, tier tags and spacing folded."""
+    text = NUMBER.sub("#", report)
+    text = re.sub(r"#(?:, #)+", "#", text)
+    text = re.sub(r"\[(?:cert|part|emp |sat )\]", "[tier]", text)
+    text = re.sub(r" +\)", ")", text)
+    return "\n".join(" ".join(ln.split()) for ln in text.splitlines()) + "\n"
 BEGIN, END = "<!-- demo-report:begin -->", "<!-- demo-report:end -->"
 
 
@@ -46,6 +80,7 @@ def main() -> None:
     src = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "out" / "demo" / "report.txt"
     report = stable(src.read_text())
     STORED.write_text(report)
+    PLATFORM.write_text(platform_id())
     readme = (ROOT / "README.md").read_text()
     start, stop = readme.index(BEGIN), readme.index(END) + len(END)
     (ROOT / "README.md").write_text(readme[:start] + readme_block(report) + readme[stop:])

@@ -310,7 +310,7 @@ def soak_logit(trials: int, rng: np.random.Generator) -> list[SoakResult]:
             r = np.where(aligned[:, :, None], alpha * q[:, None, :], r)
             w = band_witness(r.reshape(n * s, d), bands=bands, layout=layout).reshape(n, s, -1)
             for i in range(n):
-                c = logit_bound(q[i], w[i], layout=layout, scale=scale)
+                c = logit_bound(q[i], w[i], layout=layout, scale=scale).values
                 truth = np.abs(scale * (r[i] @ q[i]))
                 with np.errstate(divide="ignore", invalid="ignore"):
                     ratio = np.where(c > 0, truth / c, 0.0)

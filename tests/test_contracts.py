@@ -305,3 +305,30 @@ def test_chain_takes_up_to_eight_stages_and_says_how_to_go_further() -> None:
         chain(s, s, s, s, s, s, s, s, s)  # type: ignore[call-overload]
     nested = chain(eight, s)
     assert nested.b == Fraction(9, 100) and len(nested.stages) == 9
+
+
+def test_a_chain_with_one_assumed_stage_is_partially_certified_and_says_why() -> None:
+    from witcert_calculus import Assumption, score_bridge, softmax_tv_eform, witness_contract
+    assumed = Assumption("q_norm_max >= ||q|| for every query the bound covers",
+                         reason="the queries are not passed to the contract")
+    storage = witness_contract(AtConsume, witness_max=0.01)
+    score = score_bridge(AtConsume, scale=0.125, q_norm_max=2.0)
+    leap = Contract(L, L, a=1, b=0, name="assumed",
+                    evidence=Restricted(Proof("WitCert.Contract.id_sound"), assumptions=(assumed,)))
+    proved = chain(storage, score, softmax_tv_eform(AtConsume))
+    c = chain(storage, score, leap, softmax_tv_eform(AtConsume))
+    assert proved.tier is Tier.CERTIFIED and proved.assumptions == ()
+    assert c.tier is Tier.PARTIALLY_CERTIFIED  # composition keeps the weakest
+    assert c.assumptions == (assumed,)
+    r = c.bound(0.0)
+    assert r.tier is Tier.PARTIALLY_CERTIFIED and r.assumptions == (assumed,)
+    assert proved.bound(0.0).tier is Tier.CERTIFIED and proved.bound(0.0).assumptions == ()
+    text = c.explain()
+    assert "assumed, not checked" in text and assumed.statement in text and assumed.reason in text
+    assert "assumed, not checked" not in proved.explain()
+    assert text.splitlines()[-1].lstrip().startswith("total:")
+    # a reading with an assumption fed into a proved contract keeps it
+    fed = softmax_tv_eform(AtConsume).bound(
+        Reading(L, 0.01, evidence=Restricted(Proof("WitCert.Contract.id_sound"),
+                                             assumptions=(assumed,))))
+    assert fed.tier is Tier.PARTIALLY_CERTIFIED and fed.assumptions == (assumed,)

@@ -298,3 +298,67 @@ def test_invalid_inputs() -> None:
     with pytest.raises(InvalidValueError, match="steps=0"):
         delta_local(0.1, layers=1, heads=1, steps=0)
     assert math.isfinite(delta_local(0.5, layers=10**6, heads=10**3, steps=10**6))
+
+
+def _store(seed: int = 10, s: int = 32, d: int = 16):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(s, d))
+    q = rng.normal(size=d)
+    st_ = dither_quantize(x, key=DitherKey(1, 2, 3), tokens=np.arange(s), block_size=8,
+                          layout=RopeLayout.HALF_SPLIT)
+    logits = d ** -0.5 * dither_dequantize(st_) @ q
+    p = np.exp(logits - logits.max())
+    return x, q, st_, p / p.sum()
+
+
+def test_tier_b_logit_bound_is_established_on_its_event_with_its_assumptions() -> None:
+    from witcert_calculus.dither import NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM, tier_b_logit_bound
+    from witcert_calculus.tiers import assumptions_of, decide_tier
+    from witcert_calculus.witness import LogitBound, is_established
+    x, q, st_, p = _store()
+    d = x.shape[1]
+    dl = 1e-4
+    u = tier_b_logit_bound(q, st_, scale=d ** -0.5, delta_loc=dl)
+    assert isinstance(u, LogitBound) and is_established(u)
+    assert u.delta == Fraction(dl) and u.source == "witcert_calculus.dither.tier_b_logit_bound"
+    assert u.assumptions == (NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM)
+    assert assumptions_of(u.evidence) == u.assumptions
+    assert decide_tier(u.evidence) is Tier.PARTIALLY_CERTIFIED
+    np.testing.assert_array_equal(
+        u.values, subgaussian_radius(dither_variance_proxy(q, st_, scale=d ** -0.5), delta_loc=dl)
+        + dither_mean_offset(q, st_, scale=d ** -0.5))
+    r = tv_eform(p, u).reading()
+    cert = tier_b_certificate(p, q, st_, scale=d ** -0.5, delta_loc=dl)
+    assert (r.raw, r.tier, r.delta) == (cert.raw, cert.tier, cert.delta)
+    assert r.tier is Tier.PARTIALLY_CERTIFIED and r.assumptions == u.assumptions
+    assert cert.assumptions == (NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM)
+    for a in cert.assumptions:
+        assert a.statement and a.reason
+
+
+def test_a_tier_a_part_plus_a_tier_b_part_keeps_the_event_and_the_assumptions() -> None:
+    from witcert_calculus.dither import tier_b_logit_bound
+    from witcert_calculus.witness import band_witness, logit_bound
+    x, q, st_, p = _store(11)
+    d = x.shape[1]
+    u = tier_b_logit_bound(q, st_, scale=d ** -0.5, delta_loc=1e-3)
+    a = logit_bound(q, band_witness(x * 1e-3, bands=2, layout=RopeLayout.HALF_SPLIT),
+                    layout=RopeLayout.HALF_SPLIT, scale=d ** -0.5)
+    both = a + u
+    assert both.delta == u.delta and both.assumptions == u.assumptions
+    r = tv_eform(p, both).reading()
+    assert r.tier is Tier.PARTIALLY_CERTIFIED and r.delta == u.delta
+    assert r.assumptions == u.assumptions
+    assert tv_eform(p, a).reading().tier is Tier.CERTIFIED
+
+
+def test_the_tier_b_premises_are_computed_from_the_store() -> None:
+    """A store whose codes left [-QMAX, QMAX] fails the premise instead of certifying."""
+    import dataclasses
+
+    from witcert_calculus.dither import tier_b_logit_bound
+    from witcert_calculus.errors import PremiseError
+    x, q, st_, p = _store(12)
+    bad = dataclasses.replace(st_, payload=np.full_like(st_.payload, -128))
+    with pytest.raises(PremiseError, match="QMAX|127"):
+        tier_b_logit_bound(q, bad, scale=0.25, delta_loc=1e-3)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import pickle
+from fractions import Fraction
 
 import pytest
 
 from witcert_calculus import errors
 from witcert_calculus.errors import (
     AdmissionError,
+    AllowanceMovedError,
     BudgetExceededError,
+    ForgedBoundError,
     InvalidValueError,
     JournalError,
     MetricAlreadyRegisteredError,
@@ -19,8 +22,11 @@ from witcert_calculus.errors import (
     PremiseError,
     RegimeMismatchError,
     ReusedRequestIdError,
+    SlotOwnershipError,
     StaleReadError,
+    TheoremExportError,
     UnknownRequestError,
+    UnknownTheoremError,
     UnregisteredMetricError,
     UnwrittenSlotError,
     WitcertError,
@@ -40,11 +46,18 @@ SAMPLES: list[tuple[WitcertError, type[Exception]]] = [
     (NotAMetricError("KeyResidualAbs", "the observation site is missing"), TypeError),
     (AdmissionError(3, "empirical readings never enter"), ValueError),
     (BudgetExceededError(3, "1/2", "1/2", "1/2"), RuntimeError),
+    (BudgetExceededError(3, "1/200", "1/500", "1/100", "1/600"), RuntimeError),
+    (AllowanceMovedError(3, Fraction(1, 200), 0, Fraction(1, 1200), 2, Fraction(1, 150),
+                         "1/100"), RuntimeError),
+    (SlotOwnershipError(2, "evict", 5, 1, 3, 2), PermissionError),
     (UnknownRequestError(9), LookupError),
     (ReusedRequestIdError(2, 5), ValueError),
     (UnwrittenSlotError(4), LookupError),
     (StaleReadError(4, 1, 2), LookupError),
     (JournalError("/tmp/x.db", "disk full"), OSError),
+    (UnknownTheoremError("WitCert.Nope.nope", 12), ValueError),
+    (TheoremExportError("/tmp/theorems.json", "not a JSON list"), ValueError),
+    (ForgedBoundError("LogitBound", ("witcert_calculus.witness.logit_bound",)), TypeError),
 ]
 
 
@@ -73,3 +86,23 @@ def test_messages_name_values_and_suggest_fix() -> None:
     assert "KeyResidualAbs[AtConsume]" in text and "AttentionTV[AtConsume]" in text
     assert "'storage'" in text and "'select'" in text and "insert a bridge" in text
     assert "-1.0" in str(InvalidValueError("a", -1.0, "must be >= 0"))
+
+
+def test_ledger_refusals_say_what_moved_and_who_owns() -> None:
+    moved = str(AllowanceMovedError(3, Fraction(1, 200), 0, Fraction(1, 1200), 2,
+                                    Fraction(1, 150), "1/100"))
+    assert "allowance moved" in moved and "1/200" in moved and "1/1200" in moved
+    assert "admit_next" in moved and "budget" not in moved
+    slot = str(SlotOwnershipError(2, "write", 5, 1, 3, 1))
+    assert slot.startswith("request 2 may not write slot 5: it is owned by request 1 "
+                           "(generation 3)")
+    assert "nothing of the batch was applied" in slot
+
+
+def test_a_forged_bound_names_the_type_and_its_establishers() -> None:
+    err = ForgedBoundError("LogitBound", ("witcert_calculus.witness.logit_bound",
+                                          "witcert_calculus.dither.tier_b_logit_bound"))
+    text = str(err)
+    assert err.kind == "LogitBound" and "LogitBound" in text
+    assert "witcert_calculus.witness.logit_bound" in text and "tier_b_logit_bound" in text
+    assert "assumption" in text  # the fix: pass the plain array, carried as an assumption

@@ -78,11 +78,15 @@ def test_entries_round_trip(ev: Admit, bounds: list[float], with_slots: bool) ->
 
 def test_other_events_round_trip() -> None:
     for ev in (OpenRequest(7, Probability.budget(Fraction(1, 3))), CloseRequest(7),
+               CloseRequest(7, np.array([4, 0, 9], dtype=np.int64)),
                Evict(7, np.array([3, 1, 2], dtype=np.int64)),
                AddSentinel("layer0.tv", 0.01, 0.5),
                Observe("layer0.tv", np.array([[0.1, 0.2], [0.0, 0.0], [1.0, 1.0]]))):
         _round_trips(ev)
     assert OpenRequest(7, Probability.budget("1/3")).encode().payload["delta_req"] == "1/3"
+    back = decode(_through_json(CloseRequest(7, np.array([4, 0], dtype=np.int64)).encode()))
+    assert isinstance(back, CloseRequest) and back.slots.tolist() == [4, 0]
+    assert CloseRequest(7).slots.size == 0 and CloseRequest(7).encode().data == b""
 
 
 def test_unknown_operation_and_mismatched_arrays_are_refused() -> None:

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from witcert_calculus.contracts import Reading, Regime
-from witcert_calculus.errors import JournalError
+from witcert_calculus.errors import JournalError, SlotOwnershipError
+from witcert_calculus.journal import FORMAT_VERSION
 from witcert_calculus.budget import telescoping_spent
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.records import EmpiricalPolicy
@@ -55,14 +56,32 @@ def _random_workload(led: RiskLedger, rng: np.random.Generator, n_ops: int) -> N
             pol = EmpiricalPolicy.DEGRADE if rng.random() < 0.3 else EmpiricalPolicy.FALLBACK
             led.admit(r, Reading(TV, 0.2, evidence=Measurement("probe", samples=3),
                                  regime=Regime.MEASURED), on_empirical=pol)
-        elif u < 0.8:
-            k = int(rng.integers(1, 9))
-            slots = rng.choice(N_SLOTS, size=k, replace=False)
-            led.admit_entries(r, rng.exponential(0.02, k), threshold=0.03, metric=TV,
-                              evidence=PROOF, slots=slots,
-                              delta=led.next_allowance(r) if rng.random() < 0.5 else 0)
         elif u < 0.85:
-            led.evict(r, rng.choice(N_SLOTS, size=2, replace=False))
+            owners = led.slots.snapshot()[1]
+            mine = np.flatnonzero((owners == -1) | (owners == r))
+            foreign = np.flatnonzero((owners != -1) & (owners != r))
+            evict = u >= 0.8
+            k = 2 if evict else int(rng.integers(1, 9))
+            if foreign.size and rng.random() < 0.15:
+                # a batch that touches another request's slot is refused whole, and not journaled
+                slots = np.append(rng.choice(mine, size=min(k - 1, mine.size), replace=False),
+                                  rng.choice(foreign))
+                seq = led.applied_seq
+                with pytest.raises(SlotOwnershipError):
+                    if evict:
+                        led.evict(r, slots)
+                    else:
+                        led.admit_entries(r, rng.exponential(0.02, slots.size), threshold=0.03,
+                                          metric=TV, evidence=PROOF, slots=slots)
+                assert led.applied_seq == seq
+                continue
+            slots = rng.choice(mine, size=min(k, mine.size), replace=False)
+            if evict:
+                led.evict(r, slots)
+            elif slots.size:
+                led.admit_entries(r, rng.exponential(0.02, slots.size), threshold=0.03,
+                                  metric=TV, evidence=PROOF, slots=slots,
+                                  delta=led.next_allowance(r) if rng.random() < 0.5 else 0)
         elif u < 0.93:
             led.observe("drift", rng.uniform(0, 1, int(rng.integers(1, 5))), m=0.5, c=1.0)
         elif len(open_ids) > 1:
@@ -120,6 +139,117 @@ def test_tampered_journal_refuses_to_replay(tmp_path: Path) -> None:
         RiskLedger(journal=path)
 
 
+def test_admit_next_is_journaled_like_any_admission(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(journal=path)
+    r = led.open_request(delta_req="1/100")
+    adm = [led.admit_next(r, lambda a: Reading(TV, 0.01, evidence=PROOF, delta=a),
+                          token=f"t{i}") for i in range(3)]
+    with sqlite3.connect(path) as con:
+        assert con.execute("SELECT COUNT(*) FROM events WHERE op='admit'").fetchone()[0] == 3
+    led.close()
+    again = RiskLedger(journal=path)
+    assert [again.admission(f"t{i}") for i in range(3)] == adm
+    assert again.spent(r) == telescoping_spent(3, "1/100")
+    assert again.next_allowance(r) == Fraction(1, 2000)
+    again.close()
+
+
+def test_two_ledgers_on_one_journal_respect_slot_ownership(tmp_path: Path) -> None:
+    """A second process's ledger sees the first one's writes before it decides, and a refused
+    eviction or write is not journaled."""
+    path = tmp_path / "j.sqlite"
+    one = RiskLedger(n_slots=4, journal=path)
+    two = RiskLedger(n_slots=4, journal=path)
+    a = one.open_request(delta_req="1/100")
+    b = two.open_request(delta_req="1/100")
+    one.admit_entries(a, [0.01, 0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[0, 1])
+    seq = one.applied_seq
+    with pytest.raises(SlotOwnershipError, match="request 2 may not evict slot 1: it is owned by "
+                                                 "request 1 \\(generation 1\\)"):
+        two.evict(b, [1])
+    with pytest.raises(SlotOwnershipError, match="request 2 may not write slot 0"):
+        two.admit_entries(b, [0.01, 0.01], threshold=0.05, metric=TV, evidence=PROOF,
+                          slots=[2, 0])
+    with sqlite3.connect(path) as con:
+        assert con.execute("SELECT MAX(seq) FROM events").fetchone()[0] == seq
+    two.close_request(b)
+    one.close_request(a)  # releases slots 0 and 1 in both replicas
+    for led in (one, two):
+        assert led.slots.snapshot()[1].tolist() == [-1] * 4
+    assert one.slots.snapshot()[2].tolist() == two.slots.snapshot()[2].tolist() == [2, 2, 0, 0]
+    one.close()
+    two.close()
+    again = RiskLedger(n_slots=4, journal=path)
+    assert again.slots.snapshot()[2].tolist() == [2, 2, 0, 0]
+    again.close()
+
+
+def _tamper(path: Path, op: str, data: bytes | None = None, payload: str | None = None,
+            nth: int = -1) -> None:
+    with sqlite3.connect(path) as con:
+        rows = con.execute("SELECT seq, payload FROM events WHERE op=? ORDER BY seq",
+                           (op,)).fetchall()
+        seq, old = rows[nth]
+        con.execute("UPDATE events SET data=coalesce(?, data), payload=? WHERE seq=?",
+                    (data, payload if payload is not None else old, seq))
+
+
+def test_replay_refuses_a_write_or_eviction_of_another_requests_slot(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(n_slots=4, journal=path)
+    a = led.open_request(delta_req="1/100")
+    b = led.open_request(delta_req="1/100")
+    led.admit_entries(a, [0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[0])
+    led.admit_entries(b, [0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[1])
+    led.evict(b, [1])
+    led.close()
+    slot0 = np.array([0], dtype="<i8").tobytes()
+    _tamper(path, "evict", data=slot0)  # b's eviction now names a's slot
+    with pytest.raises(JournalError, match=r"event 5 \(evict\) does not replay: request 2 may "
+                                           r"not evict slot 0: it is owned by request 1"):
+        RiskLedger(n_slots=4, journal=path)
+    _tamper(path, "evict", data=np.array([1], dtype="<i8").tobytes())
+    RiskLedger(n_slots=4, journal=path).close()  # restored: it replays again
+    with sqlite3.connect(path) as con:  # b's write (slots first, as <i8) now names a's slot
+        (data,) = con.execute("SELECT data FROM events WHERE op='entries' ORDER BY seq DESC"
+                              ).fetchone()
+    assert data[:8] == np.array([1], dtype="<i8").tobytes()
+    _tamper(path, "entries", data=slot0 + data[8:])
+    with pytest.raises(JournalError, match=r"event 4 \(entries\) does not replay: request 2 may "
+                                           r"not write slot 0"):
+        RiskLedger(n_slots=4, journal=path)
+
+
+def test_replay_refuses_a_close_that_does_not_release_exactly_its_slots(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(n_slots=4, journal=path)
+    a = led.open_request(delta_req="1/100")
+    b = led.open_request(delta_req="1/100")
+    led.admit_entries(a, [0.01, 0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[0, 2])
+    led.admit_entries(b, [0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[1])
+    led.close_request(a)
+    led.close()
+    with sqlite3.connect(path) as con:
+        (data,) = con.execute("SELECT data FROM events WHERE op='close'").fetchone()
+    assert np.frombuffer(data, dtype="<i8").tolist() == [0, 2]
+    for bad in ([0], [0, 1, 2], []):
+        _tamper(path, "close", data=np.array(bad, dtype="<i8").tobytes())
+        with pytest.raises(JournalError, match=r"request 1: its close releases slots .* but "
+                                               r"it owns slots \[0, 2\]"):
+            RiskLedger(n_slots=4, journal=path)
+
+
+def test_journal_of_another_format_refuses_to_open(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    RiskLedger(journal=path).close()
+    assert FORMAT_VERSION == 2
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE meta SET value='1' WHERE key='format'")
+    with pytest.raises(JournalError, match="format '1', expected 2"):
+        RiskLedger(journal=path)
+
+
 def test_durable_before_acknowledged(tmp_path: Path) -> None:
     """An acknowledged admission is already in the file, seen by an independent connection."""
     path = tmp_path / "j.sqlite"
@@ -164,9 +294,9 @@ def _writer(path: str, ack_path: str) -> None:
             elif u < 0.8:
                 adm = led.admit(r, Reading(TV, 0.3, evidence=Measurement("p", samples=1),
                                            regime=Regime.MEASURED), token=tok)
-            else:
-                slots = rng.choice(N_SLOTS, size=4, replace=False)
-                adm = led.admit_entries(r, rng.exponential(0.02, 4), threshold=0.03, metric=TV,
+            else:  # each request writes its own two slots
+                slots = 2 * (r - 1) + rng.choice(2, size=2, replace=False)
+                adm = led.admit_entries(r, rng.exponential(0.02, 2), threshold=0.03, metric=TV,
                                         evidence=PROOF, slots=slots, token=tok,
                                         delta=led.next_allowance(r)).admission
             os.write(fd, f"{tok} {adm.ordinal} {adm.charged} {adm.spent}\n".encode())

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from witcert_calculus.contracts import Reading, Regime
 from witcert_calculus.errors import (
+    AllowanceMovedError,
     BudgetExceededError,
     InvalidValueError,
     ReusedRequestIdError,
@@ -174,10 +175,117 @@ def test_probabilistic_over_allowance_refused() -> None:
     led = RiskLedger()
     r = led.open_request(delta_req="1/100")
     led.admit(r, cert(delta=Fraction(1, 200)))
-    with pytest.raises(BudgetExceededError, match=r"request 1: spending 1/500 .*allowance is 1/600"):
+    with pytest.raises(BudgetExceededError,
+                       match=r"request 1: spending 1/500 .*allowance is 1/600") as info:
         led.admit(r, cert(delta=Fraction(1, 500)))
+    # 1/500 is no allowance this request ever had: a certificate too loose, not a race
+    assert type(info.value) is BudgetExceededError
+    assert "would exceed its budget" not in str(info.value)  # 1/200 + 1/500 < 1/100
+    assert info.value.allowance == "1/600"
     v = led.verdict(r)
     assert v.spent == Fraction(1, 200) and v.counts.probabilistic == 1
+
+
+def test_stale_allowance_says_the_allowance_moved() -> None:
+    """``a = next_allowance(r)``, another admission, then ``admit(r, ...delta=a)``: the error
+    names the allowance read, the allowance now due and the fix; nothing is charged."""
+    led = RiskLedger()
+    r = led.open_request(delta_req="1/100")
+    a = led.next_allowance(r)
+    led.admit(r, cert(delta=a))  # another thread got there first ...
+    led.admit(r, cert(delta=led.next_allowance(r)))  # ... twice
+    seq = led.applied_seq
+    with pytest.raises(AllowanceMovedError,
+                       match=r"request 1: the allowance moved: the certificate was built for "
+                             r"1/200, the allowance of probabilistic event 0, but 2 "
+                             r"probabilistic admissions were made since; the allowance now due "
+                             r"is 1/1200 \(event 2\); nothing was charged; .*admit_next") as info:
+        led.admit(r, cert(delta=a))
+    err = info.value
+    assert isinstance(err, BudgetExceededError) and isinstance(err, RuntimeError)
+    assert (err.request_id, err.read, err.read_index, err.due, err.due_index) == (
+        r, Fraction(1, 200), 0, Fraction(1, 1200), 2)
+    assert "exceed its budget" not in str(err)
+    assert led.applied_seq == seq and led.verdict(r).counts.probabilistic == 2
+    # the entry path reports it the same way
+    with pytest.raises(AllowanceMovedError, match="allowance now due is 1/1200"):
+        led.admit_entries(r, [0.01], threshold=0.05, metric=TV, evidence=PROOF,
+                          delta=Fraction(1, 600))
+    assert led.applied_seq == seq
+
+
+def test_admit_next_reads_the_allowance_and_admits_in_one_step() -> None:
+    led = RiskLedger()
+    d = Fraction(1, 100)
+    r = led.open_request(delta_req=d)
+    seen: list[Fraction] = []
+
+    def at(a: Fraction) -> Reading[Any]:
+        seen.append(a)
+        return cert(delta=a)
+
+    for i in range(5):
+        adm = led.admit_next(r, at)
+        assert adm.kind is EventKind.PROBABILISTIC and adm.prob_index == i
+        assert adm.charged == seen[-1] == telescoping_delta(i, d)
+    # a factory may certify below the allowance (charged in full), or deterministically
+    adm = led.admit_next(r, lambda a: cert(delta=a / 3))
+    assert adm.charged == telescoping_delta(5, d)
+    adm = led.admit_next(r, lambda a: cert())
+    assert adm.kind is EventKind.DETERMINISTIC and adm.charged == 0
+    adm = led.admit_next(r, lambda a: empirical(), on_empirical=EmpiricalPolicy.DEGRADE)
+    assert adm.kind is EventKind.EMPIRICAL_DEGRADED
+    v = led.verdict(r)
+    assert v.counts.probabilistic == 6 and v.spent == telescoping_spent(6, d) < d
+
+
+def test_admit_next_refusals_change_nothing() -> None:
+    led = RiskLedger()
+    r = led.open_request(delta_req="1/100")
+    led.admit_next(r, lambda a: cert(delta=a))
+    seq = led.applied_seq
+    with pytest.raises(BudgetExceededError, match="allowance is 1/600"):
+        led.admit_next(r, lambda a: cert(delta=2 * a))
+    with pytest.raises(InvalidValueError,
+                       match=r"reading\(allowance\)=0\.3 .*must return a Reading"):
+        led.admit_next(r, lambda a: 0.3)  # type: ignore[arg-type, return-value]
+    with pytest.raises(InvalidValueError, match="reading=0.3 .*callable"):
+        led.admit_next(r, 0.3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match="token"):
+        led.admit_next(r, lambda a: cert(delta=a), token="")
+    with pytest.raises(InvalidValueError, match="on_empirical"):
+        led.admit_next(r, lambda a: cert(delta=a), on_empirical="degrade")  # type: ignore[arg-type]
+    with pytest.raises(UnknownRequestError, match="unknown request id 9"):
+        led.admit_next(9, lambda a: cert(delta=a))
+
+    def boom(a: Fraction) -> Reading[Any]:
+        raise ZeroDivisionError("bound diverges")
+
+    with pytest.raises(ZeroDivisionError):
+        led.admit_next(r, boom)
+
+    def reenter(a: Fraction) -> Reading[Any]:
+        led.admit(r, cert(delta=a))  # a factory must not admit: it runs inside the admission
+        return cert(delta=a)
+
+    with pytest.raises(InvalidValueError, match="inside the build of another"):
+        led.admit_next(r, reenter)
+    assert led.applied_seq == seq and led.verdict(r).counts.total == 1
+    assert led.admit_next(r, lambda a: cert(delta=a)).prob_index == 1  # the ledger still works
+
+
+def test_admit_next_token_does_not_build_again() -> None:
+    led = RiskLedger()
+    r = led.open_request(delta_req="1/100")
+    calls: list[Fraction] = []
+
+    def at(a: Fraction) -> Reading[Any]:
+        calls.append(a)
+        return cert(delta=a)
+
+    first = led.admit_next(r, at, token="r:0")
+    assert led.admit_next(r, at, token="r:0") == first
+    assert calls == [Fraction(1, 200)] and led.admission("r:0") == first
 
 
 def test_empirical_never_enters_budget() -> None:

@@ -23,7 +23,8 @@ from witcert_calculus.bridges import rank_prefix_selection
 from witcert_calculus.contracts import Reading, chain
 from witcert_calculus.dispersion import DISPERSION_COUNTEREXAMPLE, dispersion_bound_unsound
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.output_bound import output_error_bound, output_error_contract
+from witcert_calculus.output_bound import RHO_ASSUMPTION, VALUE_NORM_ASSUMPTION, \
+    output_error_bound, output_error_contract
 from witcert_calculus.page_in import block_summary, page_in_order
 from witcert_calculus.tv_forms import (
     tv_bounds_batch,
@@ -34,7 +35,8 @@ from witcert_calculus.tv_forms import (
     tv_two_sided,
 )
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, AttentionTV
-from witcert_calculus.tiers import Proof, Tier
+from witcert_calculus.tiers import Proof, Restricted, Tier
+from witcert_calculus.witness import CALLER_LOGIT_BOUND, LogitBound, RopeLayout, logit_bound
 
 FORMS = (tv_eform, tv_two_sided, tv_retention, tv_meter)
 
@@ -47,6 +49,16 @@ PUBLIC_NAMES = ("band_witness", "logit_bound", "tv_eform", "tv_two_sided", "tv_m
 def softmax(z: np.ndarray) -> np.ndarray:
     e = np.exp(z - z.max())
     return e / e.sum()
+
+
+def established(c: np.ndarray) -> LogitBound[np.ndarray]:
+    """A Tier-A logit bound through the establishing function, with c_t rounded upward.
+
+    A one-band query of norm 1 and witnesses ``w[t] = c_t`` give ``c_t`` back (outward).
+    """
+    cc = np.asarray(c, dtype=np.float64)
+    return logit_bound(np.array([1.0, 0.0]), cc[:, None], layout=RopeLayout.INTERLEAVED,
+                       scale=1.0)
 
 
 @st.composite
@@ -218,7 +230,7 @@ def test_overflow_reports_saturation_and_keeps_raw() -> None:
 
 def test_zero_mass_tokens_do_not_count_even_with_infinite_c() -> None:
     p = np.array([1.0, 0.0])
-    b = tv_meter(p, np.array([0.0, math.inf]))
+    b = tv_meter(p, established(np.array([0.0, math.inf])))
     assert b.raw == 0.0 and b.reading().tier is Tier.CERTIFIED
 
 
@@ -237,11 +249,11 @@ def test_batch_matches_single_queries() -> None:
 
 def test_readings_are_typed_and_tiered_by_the_machine() -> None:
     p = np.array([0.7, 0.2, 0.1])
-    r = tv_eform(p, np.array([0.01, 0.02, 0.0])).reading()
+    r = tv_eform(p, established(np.array([0.01, 0.02, 0.0]))).reading()
     assert isinstance(r, Reading) and r.metric == AttentionTV[AtConsume]
     assert r.tier is Tier.CERTIFIED
     assert isinstance(r.evidence, Proof) and r.evidence.theorem == "WitCert.Meters.tv_eform_sound"
-    assert tv_two_sided(p, np.ones(3)).reading().evidence.theorem == \
+    assert tv_two_sided(p, established(np.ones(3))).reading().evidence.theorem == \
         "WitCert.Meters.tv_two_sided_sound"  # type: ignore[union-attr]
     assert tv_retention(p, np.ones(3)).theorem == "WitCert.Meters.tv_retention_sound"
     assert tv_tanh_max(np.ones(3)).theorem == "WitCert.Analytic.softmax_tv_tanh_sound"
@@ -251,13 +263,16 @@ def test_readings_are_typed_and_tiered_by_the_machine() -> None:
 
 def test_meter_reading_plugs_into_contract_chains() -> None:
     p = np.array([0.6, 0.3, 0.1])
-    reading = tv_meter(p, np.array([0.0, 0.01, 0.05])).reading()
+    reading = tv_meter(p, established(np.array([0.0, 0.01, 0.05]))).reading()
+    assert reading.tier is Tier.CERTIFIED
     out_contract = output_error_contract(value_norm_max=2.0, p_tilde=p,
                                          rho=np.array([0.0, 0.01, 0.02]))
     selected = chain(rank_prefix_selection(AtConsume, m_out=0.001, m_in=0.0), out_contract)
     y = selected.bound(reading)
     assert y.metric == AttentionOutputL2[AtConsume]
-    assert y.tier is Tier.CERTIFIED
+    # the caller's value_norm_max and rho are assumptions: the output bound is partial
+    assert y.tier is Tier.PARTIALLY_CERTIFIED
+    assert y.assumptions == (VALUE_NORM_ASSUMPTION, RHO_ASSUMPTION)
     assert "WitCert.Meters.output_error_bound_vector_sound" in selected.theorems
     assert "WitCert.Meters.tv_eform_sound" in out_contract.bound(reading).evidence.__repr__() or \
         "WitCert.Meters.tv_two_sided_sound" in out_contract.bound(reading).evidence.__repr__()
@@ -313,7 +328,8 @@ def test_output_error_bound_exact_value_and_saturated_input() -> None:
         pytest.approx(6.0 + 0.3125, rel=1e-15)
     k = output_error_contract(value_norm_max=3.0, p_tilde=p, rho=rho)
     assert k.m_in == AttentionTV[AtConsume] and k.m_out == AttentionOutputL2[AtConsume]
-    assert k.tier is Tier.CERTIFIED and k.a == 6
+    assert k.tier is Tier.PARTIALLY_CERTIFIED and k.a == 6
+    assert k.assumptions == (VALUE_NORM_ASSUMPTION, RHO_ASSUMPTION)
 
 
 def test_page_in_decrease_is_exact() -> None:
@@ -401,3 +417,59 @@ def test_invalid_inputs_raise_typed_errors() -> None:
         output_error_bound(math.nan, value_norm_max=1.0, p_tilde=np.ones(1), rho=np.zeros(1))
     with pytest.raises(InvalidValueError, match=r"p_tilde\[0\]=-0.5"):
         tv_eform(np.array([-0.5, 1.5]), np.zeros(2))
+
+
+# --------------------------------------------------------------------------- premises
+
+def test_a_callers_array_is_an_assumption_and_an_established_bound_is_certified() -> None:
+    """The tier of a TV reading follows how c was obtained, never a literal."""
+    p = np.array([0.7, 0.2, 0.1])
+    raw = np.array([0.01, 0.02, 0.0])
+    for form in FORMS:
+        assumed = form(p, raw).reading()
+        assert assumed.tier is Tier.PARTIALLY_CERTIFIED
+        assert assumed.assumptions == (CALLER_LOGIT_BOUND,)
+        assert isinstance(assumed.evidence, Restricted)
+        assert assumed.evidence.proof.theorem == form(p, raw).theorem
+        proved = form(p, established(raw)).reading()
+        assert proved.tier is Tier.CERTIFIED and proved.assumptions == ()
+        assert isinstance(proved.evidence, Proof)
+        statements = [pr.statement for pr in proved.evidence.premises]
+        assert any("by construction" in st_ and "LogitBound" in st_ for st_ in statements)
+        assert any("probability vector" in st_ for st_ in statements)
+        assert all(pr.holds for pr in proved.evidence.premises)
+    assert tv_tanh_max(raw).reading().tier is Tier.PARTIALLY_CERTIFIED
+    assert tv_tanh_max(established(raw)).reading().tier is Tier.CERTIFIED
+    # saturation still wins over both
+    assert tv_meter(p, np.full(3, 3.0)).reading().tier is Tier.SATURATED
+    assert tv_meter(p, established(np.full(3, 3.0))).reading().tier is Tier.SATURATED
+
+
+def test_batch_basis_gives_the_evidence_of_each_form() -> None:
+    rng = np.random.default_rng(8)
+    p = np.stack([softmax(rng.normal(size=5)) for _ in range(3)])
+    c = rng.exponential(0.01, size=(3, 5))
+    cb = established(c.reshape(-1))
+    with pytest.raises(InvalidValueError, match="shape"):
+        tv_bounds_batch(p, cb)  # one query's bound is not a batch's
+    assumed = tv_bounds_batch(p, c)
+    assert assumed.basis.assumptions == (CALLER_LOGIT_BOUND,)
+    ev = assumed.basis.evidence("WitCert.Meters.tv_eform_sound")
+    r = Reading(AttentionTV[AtConsume], float(assumed.eform.max()), evidence=ev)
+    assert r.tier is Tier.PARTIALLY_CERTIFIED and r.assumptions == (CALLER_LOGIT_BOUND,)
+    both = assumed.basis.evidence("WitCert.Meters.tv_eform_sound",
+                                  "WitCert.Meters.tv_two_sided_sound")
+    assert Reading(AttentionTV[AtConsume], 0.1, evidence=both).tier is Tier.PARTIALLY_CERTIFIED
+    single = tv_eform(p[0], established(c[0]))
+    proved = single.basis.evidence("WitCert.Meters.tv_eform_sound",
+                                   "WitCert.Meters.tv_two_sided_sound")
+    assert Reading(AttentionTV[AtConsume], single.raw, evidence=proved).tier is Tier.CERTIFIED
+
+
+def test_output_error_contract_premises_are_computed() -> None:
+    p = np.array([0.5, 0.5])
+    k = output_error_contract(value_norm_max=1.0, p_tilde=p, rho=np.array([0.0, 0.1]))
+    assert isinstance(k.evidence, Restricted)
+    assert all(pr.holds for pr in k.evidence.proof.premises) and k.evidence.proof.premises
+    text = k.explain()
+    assert VALUE_NORM_ASSUMPTION.statement in text and RHO_ASSUMPTION.statement in text

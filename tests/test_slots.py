@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from witcert_calculus.errors import (
     InvalidValueError,
+    SlotOwnershipError,
     StaleReadError,
     UnknownRequestError,
     UnwrittenSlotError,
@@ -133,8 +134,13 @@ def test_shared_read_attributed_to_owner_and_not_charged() -> None:
     assert not rd.shared and led.slots.reads == (1, 300)
     # the violating entry (bound 0.9 > threshold) was restored to exact bytes before any read
     assert led.slots.read(led.slots.authorize(b, 2)).state is SlotState.KEPT_EXACT
-    # owner changes on rewrite; old grants go stale, new reads are attributed to the new owner
+    # another request cannot take the slot over; once its owner evicts it, the slot is free:
+    # old grants go stale, new reads are attributed to the new owner
     g = led.slots.authorize(b, 1)
+    with pytest.raises(SlotOwnershipError):
+        write(led, b, [1], [0.001])
+    assert led.slots.read(g).owner == a
+    led.evict(a, [1])
     write(led, b, [1], [0.001])
     with pytest.raises(StaleReadError):
         led.slots.read(g)
@@ -143,8 +149,12 @@ def test_shared_read_attributed_to_owner_and_not_charged() -> None:
 
 def test_slot_state_only_through_ledger() -> None:
     led = RiskLedger(n_slots=2)
+    r = led.open_request(delta_req="1/100")
     with pytest.raises(InvalidValueError, match="only through its ledger"):
-        led.slots.apply_evict(object(), np.array([0], dtype=np.int64))
+        led.slots.apply_evict(object(), r, np.array([0], dtype=np.int64))
+    with pytest.raises(InvalidValueError, match="only through its ledger"):
+        led.slots.apply_write(object(), r, np.array([0], dtype=np.int64), np.array([True]),
+                              np.array([0.01]))
 
 
 @given(st.lists(st.tuples(st.sampled_from(["write", "evict", "read", "auth"]),
@@ -160,7 +170,17 @@ def test_model_based_fail_closed(ops: list[tuple[str, int, int, float]]) -> None
     grants: list[tuple[ReadGrant, int]] = []
     for op, slot, who, bound in ops:
         r = reqs[who]
-        if op == "write":
+        held = model[slot]
+        if op in ("write", "evict") and held is not None and held[0] != r:
+            # only the owner may rewrite or evict a written slot; nothing changes on refusal
+            with pytest.raises(SlotOwnershipError,
+                               match=f"request {r} may not {op} slot {slot}: it is owned by "
+                                     f"request {held[0]} "):
+                if op == "write":
+                    write(led, r, [slot], [bound], threshold=0.1)
+                else:
+                    led.evict(r, [slot])
+        elif op == "write":
             write(led, r, [slot], [bound], threshold=0.1)
             gens[slot] += 1
             model[slot] = (r, gens[slot], bound <= 0.1)
@@ -251,3 +271,142 @@ def test_four_shared_read_invariants_under_concurrent_readers() -> None:
     v = led.verdict(writer)
     assert v.counts.probabilistic == n_writes
     assert all(led.spent(r) == 0 for r in readers)
+
+
+# ----------------------------------------------------------------- ownership
+
+
+def _unchanged(led: RiskLedger, before: tuple[np.ndarray, ...], seq: int) -> None:
+    after = led.slots.snapshot()
+    assert all(np.array_equal(x, y) for x, y in zip(before, after, strict=True))
+    assert led.applied_seq == seq  # nothing was recorded
+
+
+def test_evict_of_another_requests_slot_is_refused() -> None:
+    led = RiskLedger(n_slots=4)
+    a = led.open_request(delta_req="1/100")
+    b = led.open_request(delta_req="1/100")
+    write(led, a, [0, 1], [0.01, 0.01])
+    before, seq = led.slots.snapshot(), led.applied_seq
+    with pytest.raises(SlotOwnershipError,
+                       match=r"request 2 may not evict slot 1: it is owned by request 1 "
+                             r"\(generation 1\)") as info:
+        led.evict(b, [2, 1])
+    err = info.value
+    assert isinstance(err, PermissionError)
+    assert (err.request_id, err.action, err.slot, err.owner, err.generation, err.refused) == (
+        b, "evict", 1, a, 1, 1)
+    _unchanged(led, before, seq)  # slot 2 (free) was not evicted either: the batch is refused
+    with pytest.raises(SlotOwnershipError, match="2 slots of the batch are owned by others"):
+        led.evict(b, [0, 1])
+    _unchanged(led, before, seq)
+    rd = led.slots.read(led.slots.authorize(b, 0))
+    assert rd.owner == a and rd.generation == 1
+    led.evict(a, [0])  # its owner may
+    led.evict(b, [0, 2])  # and anyone may evict free slots
+    assert led.slots.record(0).generation == 3 and led.slots.record(2).generation == 1
+
+
+def test_write_over_another_requests_slot_is_refused_atomically() -> None:
+    led = RiskLedger(n_slots=4)
+    a = led.open_request(delta_req="1/100")
+    b = led.open_request(delta_req="1/100")
+    write(led, a, [0], [0.01])
+    before, seq = led.slots.snapshot(), led.applied_seq
+    writes = led.slots.writes
+    for prob in (False, True):
+        with pytest.raises(SlotOwnershipError,
+                           match=r"request 2 may not write slot 0: it is owned by request 1 "
+                                 r"\(generation 1\)"):
+            write(led, b, [3, 0], [0.01, 0.01], prob=prob)
+        _unchanged(led, before, seq)
+    # an empirical batch (which would write exact bytes) is refused the same way
+    from witcert_calculus.tiers import Measurement
+    with pytest.raises(SlotOwnershipError, match="slot 0"):
+        led.admit_entries(b, [0.01], threshold=0.05, metric=TV,
+                          evidence=Measurement("probe", samples=2), slots=[0])
+    _unchanged(led, before, seq)
+    v = led.verdict(b)
+    assert v.counts.total == 0 and v.spent == 0 and v.entries == 0  # nothing charged or counted
+    assert led.slots.writes == writes
+    write(led, a, [0, 3], [0.02, 0.5])  # the owner rewrites its slot, and takes a free one
+    assert led.slots.record(0).generation == 2 and led.slots.record(3).owner == a
+    assert led.slots.owned_by(a).tolist() == [0, 3] and led.slots.owned_by(b).size == 0
+
+
+def test_close_request_releases_its_slots() -> None:
+    led = RiskLedger(n_slots=4)
+    a = led.open_request(delta_req="1/100")
+    b = led.open_request(delta_req="1/100")
+    write(led, a, [0, 1], [0.01, 0.5])
+    write(led, b, [2], [0.01])
+    g = led.slots.authorize(b, 0)  # b shares a's prefix
+    led.close_request(a)
+    for s in (0, 1):
+        rec = led.slots.record(s)
+        assert (rec.state, rec.owner, rec.generation) == (SlotState.UNWRITTEN, None, 2)
+    with pytest.raises(StaleReadError):  # fail-closed: the writer's bytes are gone
+        led.slots.read(g)
+    assert led.slots.record(2).owner == b  # other requests' slots stay as they were
+    write(led, b, [0], [0.01])  # a released slot is free
+    assert led.slots.record(0).owner == b
+    assert led.slots.owned_by(a).size == 0
+    led.close_request(b)
+    assert led.slots.counts()[SlotState.UNWRITTEN] == 4
+
+
+def test_retry_of_a_recorded_write_changes_nothing() -> None:
+    led = RiskLedger(n_slots=2)
+    a = led.open_request(delta_req="1/100")
+    b = led.open_request(delta_req="1/100")
+    first = led.admit_entries(a, [0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[0],
+                              token="a:0")
+    led.evict(a, [0])
+    write(led, b, [0], [0.02])
+    again = led.admit_entries(a, [0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[0],
+                              token="a:0")
+    assert again.admission == first.admission
+    assert led.slots.record(0).owner == b  # the retry did not write the slot again
+
+
+def test_owned_by_bad_request_id() -> None:
+    led = RiskLedger(n_slots=2)
+    with pytest.raises(InvalidValueError, match="request_id='1'"):
+        led.slots.owned_by("1")  # type: ignore[arg-type]
+    assert led.slots.owned_by(5).size == 0
+
+
+def test_slot_table_refuses_a_foreign_write_even_with_its_key() -> None:
+    """Defence in depth: the table itself checks ownership before it changes anything."""
+    led = RiskLedger(n_slots=2)
+    a = led.open_request(delta_req="1/100")
+    b = led.open_request(delta_req="1/100")
+    write(led, a, [0], [0.01])
+    key = led._key  # the ledger's capability, as a replay presents it
+    before, seq = led.slots.snapshot(), led.applied_seq
+    idx = np.array([1, 0], dtype=np.int64)
+    with pytest.raises(SlotOwnershipError, match="request 2 may not write slot 0"):
+        led.slots.apply_write(key, b, idx, np.array([True, True]), np.array([0.01, 0.01]))
+    with pytest.raises(SlotOwnershipError, match="request 2 may not evict slot 0"):
+        led.slots.apply_evict(key, b, idx)
+    _unchanged(led, before, seq)
+
+
+def test_check_writable_answers_without_changing_anything() -> None:
+    led = RiskLedger(n_slots=3)
+    a = led.open_request(delta_req="1/100")
+    b = led.open_request(delta_req="1/100")
+    write(led, a, [0], [0.01])
+    led.slots.check_writable(a, [0, 1], "write")  # own and free slots
+    led.slots.check_writable(b, [1, 2], "evict")
+    with pytest.raises(SlotOwnershipError, match="request 2 may not write slot 0"):
+        led.slots.check_writable(b, [1, 0], "write")
+    with pytest.raises(InvalidValueError, match="action='read'"):
+        led.slots.check_writable(b, [1], "read")  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match=r"slots=\[3\]"):
+        led.slots.check_writable(b, [3], "write")
+    with pytest.raises(InvalidValueError, match="request_id=None"):
+        led.slots.check_writable(None, [1], "write")  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match="owner=1.5"):
+        led.slots.holdings(1.5)  # type: ignore[arg-type]
+    assert led.slots.record(0).generation == 1 and led.slots.holdings(a).tolist() == [0]

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from witcert_calculus import (
+    Assumption,
     Composition,
     InvalidValueError,
     Measurement,
@@ -17,6 +18,7 @@ from witcert_calculus import (
     Proof,
     Restricted,
     Tier,
+    assumptions_of,
     decide_tier,
     weakest,
 )
@@ -81,3 +83,61 @@ def test_composition_takes_weakest_and_restriction() -> None:
 def test_bad_evidence_raises(bad: object) -> None:
     with pytest.raises(InvalidValueError):
         bad()  # type: ignore[operator]
+
+
+# --------------------------------------------------------------------------- assumptions
+
+ASSUMED = Assumption("queries are non-adaptive", reason="no code sees how q was chosen")
+ALSO = Assumption("rho_t >= ||v_t - v_hat_t||", reason="the exact values are not passed")
+proofs = st.sampled_from([Proof("WitCert.Contract.comp_sound"),
+                          Proof("WitCert.Contract.comp_sound", (Premise("a2 >= 0", True),))])
+
+
+def test_an_assumption_states_what_and_why() -> None:
+    assert ASSUMED.statement == "queries are non-adaptive"
+    assert "no code" in ASSUMED.reason
+    with pytest.raises(AttributeError):
+        ASSUMED.statement = "x"  # type: ignore[misc]
+    assert not hasattr(ASSUMED, "__dict__")
+    for bad in (lambda: Assumption("", reason="r"), lambda: Assumption("s", reason=" "),
+                lambda: Assumption(3, reason="r")):  # type: ignore[arg-type]
+        with pytest.raises(InvalidValueError):
+            bad()
+
+
+@given(proofs, st.lists(st.sampled_from([ASSUMED, ALSO]), min_size=1, max_size=3),
+       st.sampled_from(["", "rows with margin > 2*eps"]),
+       st.one_of(st.none(), st.floats(0.0, 0.999)))
+def test_an_assumption_never_yields_certified(proof: Proof, assumed: list[Assumption],
+                                              subset: str, value: float | None) -> None:
+    restricted = Restricted(proof, subset, assumptions=tuple(assumed))
+    assert restricted.subset.strip()  # the subset is stated by the assumptions when not given
+    for ev in (restricted, Composition((proof, restricted)), Composition((restricted, proof)),
+               Composition((Composition((proof, restricted)), proof))):
+        assert decide_tier(ev, value=value, saturation=1.0) is Tier.PARTIALLY_CERTIFIED
+        assert set(assumptions_of(ev)) == set(assumed)
+        # saturation still wins
+        assert decide_tier(ev, value=1.0, saturation=1.0) is Tier.SATURATED
+
+
+def test_assumptions_are_collected_once_in_order() -> None:
+    p = Proof("WitCert.Contract.comp_sound")
+    ev = Composition((Restricted(p, assumptions=(ASSUMED, ALSO)), p,
+                      Restricted(p, assumptions=(ALSO,))))
+    assert assumptions_of(ev) == (ASSUMED, ALSO)
+    assert assumptions_of(p) == () and assumptions_of(Measurement("m", 1)) == ()
+    assert "queries are non-adaptive" in Restricted(p, assumptions=(ASSUMED,)).subset
+
+
+def test_an_assumption_is_not_a_premise() -> None:
+    """Only a Restricted carries assumptions: a proof's premises are checked truth values."""
+    with pytest.raises(InvalidValueError, match="Assumption"):
+        Proof("WitCert.Contract.comp_sound", (ASSUMED,))  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match="holds"):
+        Premise("a2 >= 0", 1)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match="statement"):
+        Premise("  ", True)
+    with pytest.raises(InvalidValueError, match="assumptions"):
+        Restricted(Proof("WitCert.Contract.comp_sound"), assumptions=("x",))  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match="subset"):
+        Restricted(Proof("WitCert.Contract.comp_sound"))

@@ -28,6 +28,12 @@ from witcert_calculus.witness import logit_linf_reading
 from witcert_calculus.metrics import AtConsume, AttentionTV, LogitLinf
 from witcert_calculus.tiers import Tier
 from witcert_calculus.witness import LOGIT_BOUND_THEOREM, _pair_channels
+import pickle
+
+from witcert_calculus.errors import ForgedBoundError
+from witcert_calculus.rounding import add_up as _add_up
+from witcert_calculus.tiers import Proof, decide_tier
+from witcert_calculus.witness import CALLER_LOGIT_BOUND, LogitBound, is_established
 
 LAYOUTS = (RopeLayout.INTERLEAVED, RopeLayout.HALF_SPLIT)
 
@@ -170,7 +176,7 @@ def test_logit_bound_sound_per_token_post_rope(layout: RopeLayout, seed: int, ba
     pos = rng.integers(0, 1 << 16, size=s)
     scale = d ** -0.5
     w = band_witness(k_hat - k, bands=bands, layout=layout)
-    c = logit_bound(q, w, layout=layout, scale=scale)
+    c = logit_bound(q, w, layout=layout, scale=scale).values
     qr = rope(q[None, :], np.array([m]), layout)[0]
     kr, khr = rope(k, pos, layout), rope(k_hat, pos, layout)
     for t in range(s):
@@ -193,7 +199,7 @@ def test_logit_bound_agrees_with_second_implementation_and_golden() -> None:
         q = rng.normal(size=d)
         r = rng.normal(size=(5, d))
         c = logit_bound(q, band_witness(r, bands=bands, layout=layout), layout=layout,
-                        scale=0.25)
+                        scale=0.25).values
         band_of = np.empty(d, dtype=int)
         for b, ch in enumerate(band_channels(d, bands=bands, layout=layout)):
             band_of[ch] = b
@@ -212,7 +218,7 @@ def test_logit_bound_exact_on_rationals() -> None:
     q = np.array([3.0, 4.0, 0.0, 0.0, 5.0, 12.0, 0.0, 0.0])  # interleaved bands of 2 pairs
     r = np.array([[0.6, 0.8, 0.0, 0.0, 0.0, 0.0, 1.2, 0.5]])
     c = logit_bound(q, band_witness(r, bands=2, layout=RopeLayout.INTERLEAVED),
-                    layout=RopeLayout.INTERLEAVED, scale=0.5)
+                    layout=RopeLayout.INTERLEAVED, scale=0.5).values
     want = Fraction(1, 2) * (Fraction(5) * Fraction(1) + Fraction(13) * Fraction(13, 10))
     assert Fraction(float(c[0])) >= want - Fraction(1, 10**15)
     assert abs(Fraction(float(c[0])) - want) < Fraction(1, 10**12)
@@ -226,7 +232,8 @@ def test_logit_bound_against_sympy_square_roots() -> None:
         q = rng.integers(-9, 10, size=8) / 4.0
         r = rng.integers(-9, 10, size=(3, 8)) / 8.0
         layout = LAYOUTS[int(rng.integers(2))]
-        c = logit_bound(q, band_witness(r, bands=2, layout=layout), layout=layout, scale=0.5)
+        c = logit_bound(q, band_witness(r, bands=2, layout=layout), layout=layout,
+                        scale=0.5).values
         chans = band_channels(8, bands=2, layout=layout)
         for t in range(3):
             want = sympy.Rational(1, 2) * sum(
@@ -271,7 +278,7 @@ def test_logit_reading_chains_into_the_scalar_softmax_bridge() -> None:
     c = logit_bound(q, band_witness(r, bands=4, layout=layout), layout=layout, scale=d ** -0.5)
     reading = logit_linf_reading(c)
     assert reading.metric == LogitLinf[AtConsume] and reading.tier is Tier.CERTIFIED
-    assert reading.raw == float(c.max())
+    assert reading.raw == float(c.values.max())
     tv = softmax_tv_eform(AtConsume).bound(reading)
     assert tv.metric == AttentionTV[AtConsume]
     assert set(tv.evidence.__repr__().split("'")) >= {LOGIT_BOUND_THEOREM}
@@ -280,3 +287,92 @@ def test_logit_reading_chains_into_the_scalar_softmax_bridge() -> None:
     assert tv_meter(p, c).raw <= tv.raw  # the per-token meter is never looser
     with pytest.raises(InvalidValueError, match="empty"):
         logit_linf_reading(np.array([]))
+
+
+# --------------------------------------------------------------------------- LogitBound
+
+def _tier_a(seed: int = 3, s: int = 6, d: int = 8) -> tuple[LogitBound[np.ndarray], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=d)
+    r = rng.normal(size=(s, d)) * 1e-2
+    layout = RopeLayout.INTERLEAVED
+    return logit_bound(q, band_witness(r, bands=2, layout=layout), layout=layout,
+                       scale=d ** -0.5), np.abs(d ** -0.5 * (r @ q))
+
+
+def test_logit_bound_is_established_by_construction() -> None:
+    c, err = _tier_a()
+    assert isinstance(c, LogitBound) and is_established(c)
+    assert np.all(c.values >= err) and c.delta == 0 and c.assumptions == ()
+    assert c.source == "witcert_calculus.witness.logit_bound"
+    assert isinstance(c.evidence, Proof) and c.evidence.theorem == LOGIT_BOUND_THEOREM
+    assert all(p.holds for p in c.evidence.premises) and c.evidence.premises
+    assert not is_established(c.values) and not is_established(None)
+
+
+def test_a_forged_logit_bound_is_refused() -> None:
+    c, _ = _tier_a()
+    with pytest.raises(ForgedBoundError, match="LogitBound") as info:
+        LogitBound(np.zeros(6), evidence=c.evidence, delta=Fraction(0),  # type: ignore[call-arg]
+                   source="mine", add=np.add)
+    assert info.value.kind == "LogitBound" and "witness.logit_bound" in str(info.value)
+    assert isinstance(info.value, TypeError)
+    with pytest.raises(ForgedBoundError):
+        LogitBound(np.zeros(6), evidence=c.evidence, delta=Fraction(0), source="mine",
+                   add=np.add, seal=object())
+    # a bound built around the constructor is never taken as established
+    fake = object.__new__(LogitBound)
+    assert not is_established(fake)
+    with pytest.raises(ForgedBoundError):
+        tv_meter(np.full(6, 1 / 6), fake)
+    with pytest.raises(ForgedBoundError):
+        logit_linf_reading(fake)
+
+
+def test_a_logit_bound_is_frozen_and_its_values_read_only() -> None:
+    c, _ = _tier_a()
+    with pytest.raises(AttributeError):
+        c.values = np.zeros(6)  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del c.delta  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        c.values[0] = 0.0
+    with pytest.raises(TypeError, match="pickle"):
+        pickle.dumps(c)
+
+
+def test_sums_of_bounds_stay_established_and_outward() -> None:
+    c1, e1 = _tier_a(1)
+    c2, e2 = _tier_a(2)
+    total = c1 + c2
+    assert is_established(total) and total.delta == 0
+    assert decide_tier(total.evidence) is Tier.CERTIFIED
+    for a, b, t in zip(c1.values, c2.values, total.values):
+        assert Fraction(float(t)) >= Fraction(float(a)) + Fraction(float(b))
+    assert np.all(total.values >= e1 + e2)
+    assert sum([c1, c2]).values.tolist() == total.values.tolist()  # type: ignore[union-attr]
+    # a plain array added to a bound is a plain array: the sum is no longer established
+    plain = c1 + np.ones(6)
+    assert not isinstance(plain, LogitBound) and not is_established(plain)
+    assert not isinstance(np.ones(6) + c1, LogitBound)
+    with pytest.raises(InvalidValueError, match="shape"):
+        _ = c1 + _tier_a(1, s=5)[0]
+    tiny = np.array([1.0, 2.0**-60, 0.0])
+    assert float(_add_up(tiny, np.array([2.0**-60, 1.0, 0.0]))[0]) > 1.0  # rounded up
+    assert _add_up(tiny, np.zeros(3)).tolist() == tiny.tolist()  # exact sums stay exact
+
+
+def test_logit_linf_reading_of_a_callers_array_is_assumed() -> None:
+    c, _ = _tier_a()
+    assert logit_linf_reading(c).tier is Tier.CERTIFIED and logit_linf_reading(c).assumptions == ()
+    raw = logit_linf_reading(np.array([0.1, 0.3]))
+    assert raw.tier is Tier.PARTIALLY_CERTIFIED
+    assert raw.assumptions == (CALLER_LOGIT_BOUND,)
+    assert "caller" in CALLER_LOGIT_BOUND.statement and CALLER_LOGIT_BOUND.reason
+
+
+@given(st.floats(0, 1e300), st.floats(0, 1e300))
+def test_add_up_never_falls_below_the_exact_sum(a: float, b: float) -> None:
+    got = float(_add_up(np.array([a]), np.array([b]))[0])
+    assert Fraction(got) >= Fraction(a) + Fraction(b)
+    assert got <= math.nextafter(a + b, math.inf)  # at most one step above the float sum

@@ -9,7 +9,7 @@ Main declarations (see each module for more):
 
 - metrics: :class:`AtWrite`, :class:`AtConsume`, the metric classes, :func:`register_metric`
 - tiers: :class:`Tier`, :func:`weakest`, :class:`Proof`, :class:`Restricted`,
-  :class:`Measurement`, :func:`decide_tier`
+  :class:`Assumption`, :class:`Measurement`, :func:`decide_tier`, :func:`assumptions_of`
 - contracts: :class:`Contract`, :func:`chain`, :func:`identity`, :class:`Reading`
 - bridges: :func:`score_bridge`, :func:`softmax_tv_eform`, :func:`rank_prefix_selection`, ...
 - errors: :class:`WitcertError` and its tree
@@ -40,7 +40,9 @@ from witcert_calculus.contracts import (
 )
 from witcert_calculus.errors import (
     AdmissionError,
+    AllowanceMovedError,
     BudgetExceededError,
+    ForgedBoundError,
     InvalidValueError,
     JournalError,
     MetricAlreadyRegisteredError,
@@ -50,6 +52,7 @@ from witcert_calculus.errors import (
     PremiseError,
     RegimeMismatchError,
     ReusedRequestIdError,
+    SlotOwnershipError,
     StaleReadError,
     TheoremExportError,
     UnknownRequestError,
@@ -83,6 +86,7 @@ from witcert_calculus.metrics import (
     registered_metrics,
 )
 from witcert_calculus.tiers import (
+    Assumption,
     Composition,
     Evidence,
     Measurement,
@@ -90,6 +94,7 @@ from witcert_calculus.tiers import (
     Proof,
     Restricted,
     Tier,
+    assumptions_of,
     decide_tier,
     weakest,
 )
@@ -162,6 +167,7 @@ if TYPE_CHECKING:
         PageInPlan,
     )
     from witcert_calculus.tv_forms import (
+        TVBasis,
         tv_bounds_batch,
         tv_eform,
         tv_meter,
@@ -197,8 +203,10 @@ if TYPE_CHECKING:
         band_norms,
         band_pairs,
         band_witness,
+        is_established,
         logit_bound,
         logit_linf_reading,
+        LogitBound,
         RopeLayout,
     )
 
@@ -219,6 +227,7 @@ _LAZY: dict[str, str] = {
     "EventCounts": "witcert_calculus.records",
     "EventKind": "witcert_calculus.records",
     "LedgerStats": "witcert_calculus.records",
+    "LogitBound": "witcert_calculus.witness",
     "PageInPlan": "witcert_calculus.page_in",
     "Pooling": "witcert_calculus.bridges",
     "Probability": "witcert_calculus.budget",
@@ -232,6 +241,7 @@ _LAZY: dict[str, str] = {
     "SlotState": "witcert_calculus.slots",
     "SlotTable": "witcert_calculus.slots",
     "StableRows": "witcert_calculus.bridges",
+    "TVBasis": "witcert_calculus.tv_forms",
     "TVBatch": "witcert_calculus.tv_forms",
     "TVBound": "witcert_calculus.tv_forms",
     "Verdict": "witcert_calculus.records",
@@ -251,6 +261,7 @@ _LAZY: dict[str, str] = {
     "dither_quantize": "witcert_calculus.dither",
     "dither_variance_proxy": "witcert_calculus.dither",
     "empirical_ratio_bridge": "witcert_calculus.bridges",
+    "is_established": "witcert_calculus.witness",
     "logit_bound": "witcert_calculus.witness",
     "logit_linf_reading": "witcert_calculus.witness",
     "output_error_bound": "witcert_calculus.output_bound",
@@ -302,6 +313,8 @@ __all__ = [
     "Admission",
     "AdmissionError",
     "Aggregate",
+    "AllowanceMovedError",
+    "Assumption",
     "AtConsume",
     "AtWrite",
     "AttentionOutputL2",
@@ -322,12 +335,14 @@ __all__ = [
     "EventCounts",
     "EventKind",
     "Evidence",
+    "ForgedBoundError",
     "InvalidValueError",
     "JournalError",
     "KeyResidualAbs",
     "KeyResidualRel",
     "LatentResidual",
     "LedgerStats",
+    "LogitBound",
     "LogitLinf",
     "LogitOsc",
     "Measurement",
@@ -360,12 +375,14 @@ __all__ = [
     "RopeLayout",
     "SelectorMass",
     "Site",
+    "SlotOwnershipError",
     "SlotRead",
     "SlotRecord",
     "SlotState",
     "SlotTable",
     "StableRows",
     "StaleReadError",
+    "TVBasis",
     "TVBatch",
     "TVBound",
     "TheoremExportError",
@@ -379,6 +396,7 @@ __all__ = [
     "ValueResidual",
     "Verdict",
     "WitcertError",
+    "assumptions_of",
     "band_channels",
     "band_norms",
     "band_pairs",
@@ -398,6 +416,7 @@ __all__ = [
     "dither_variance_proxy",
     "empirical_ratio_bridge",
     "identity",
+    "is_established",
     "logit_bound",
     "logit_linf_reading",
     "metric_info",

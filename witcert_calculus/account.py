@@ -12,31 +12,47 @@ tier of its verdict. It moves in two steps per admission:
    verdict), deterministic certificates enter at delta = 0 (Lean:
    ``WitCert.Ledger.two_layer_budget``), probabilistic ones draw the telescoping
    allowance ``delta_req / ((i+1)(i+2))`` and are refused above it (Lean:
-   ``WitCert.Ledger.telescope_sum_eq``, ``WitCert.Ledger.telescope_partial_lt``).
+   ``WitCert.Ledger.telescope_sum_eq``, ``WitCert.Ledger.telescope_partial_lt``);
+   a delta that is exactly an earlier allowance of the account is refused as
+   :class:`~witcert_calculus.errors.AllowanceMovedError` (it was read before
+   other admissions drew it), any other as
+   :class:`~witcert_calculus.errors.BudgetExceededError`.
 2. :meth:`Account.apply` applies an event, live or replayed from a journal;
    it refuses an event that does not follow the account's state (wrong
    ordinal, a charge that is not the allowance, a spend that would reach the
    budget) before anything changes.
 
+:class:`EntryBatch` is a step's per-entry bounds, certified, with the step's
+bound as a reading: it proposes the batch's event to an account (charged once,
+by the same rules) and builds the acknowledgement once the event is applied.
+
 :class:`Accounts` is the directory of a ledger's accounts: request ids are
-monotone and never reused, and a closed account stays readable. Neither is
-thread-safe; their :class:`~witcert_calculus.ledger.RiskLedger` serializes access.
+monotone and never reused, and a closed account stays readable. None of these
+is thread-safe; their :class:`~witcert_calculus.ledger.RiskLedger` serializes access.
 
 Main declarations:
 
 - :class:`Account`: one request's state.
+- :class:`EntryBatch`: an entry-level admission, certified and ready to propose.
 - :class:`Accounts`: the accounts by request id.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, final
+from typing import Any, NoReturn, final
+
+import numpy as np
+import numpy.typing as npt
 
 from witcert_calculus.budget import Probability, telescoping_delta
 from witcert_calculus.contracts import Reading, Regime
+from witcert_calculus.entries import Aggregate, EntryCertification, certify_entries, certify_step
 from witcert_calculus.errors import (
+    AllowanceMovedError,
     BudgetExceededError,
     InvalidValueError,
     JournalError,
@@ -44,24 +60,38 @@ from witcert_calculus.errors import (
     UnknownRequestError,
 )
 from witcert_calculus.events import Admit, AdmitEntries
+from witcert_calculus.metrics import Metric, metric_info
 from witcert_calculus.records import (
     Admission,
     Decision,
     EmpiricalPolicy,
+    EntryAdmission,
     EventCounts,
     EventKind,
     Verdict,
 )
-from witcert_calculus.tiers import Tier, decide_tier, weakest
+from witcert_calculus.slots import SlotTable
+from witcert_calculus.theorems import ENTRY_FALLBACK_SOUND
+from witcert_calculus.tiers import Composition, Evidence, Tier, decide_tier, weakest
 from witcert_calculus.validation import integer
 
 __all__ = [
     "Account",
     "Accounts",
+    "EntryBatch",
 ]
 
 _CERTIFICATES = (EventKind.DETERMINISTIC, EventKind.PROBABILISTIC)
 _ZERO = Fraction(0)
+
+
+def _allowance_index(delta: Fraction, budget: Fraction) -> int | None:
+    # The i with delta == budget / ((i+1)(i+2)), if there is one (exact: integer square root).
+    q = budget / delta
+    if q.denominator != 1:
+        return None
+    k = math.isqrt(q.numerator)
+    return k - 1 if k >= 1 and k * (k + 1) == q.numerator else None
 
 
 @final
@@ -117,6 +147,8 @@ class Account:
 
         Raises:
             InvalidValueError: for a non-reading or a bad policy.
+            AllowanceMovedError: if that delta is the allowance of an earlier
+                probabilistic event (read before other admissions drew it).
             BudgetExceededError: if a probabilistic reading's delta exceeds the
                 next telescoping allowance.
         """
@@ -140,14 +172,22 @@ class Account:
             if delta != 0:
                 # Rule 3: WitCert.Ledger.telescope_sum_eq / telescope_partial_lt.
                 if delta > self.allowance:
-                    raise BudgetExceededError(
-                        self.request_id, str(self.spent), str(delta),
-                        f"{self.budget.to_text()} (the next telescoping allowance is "
-                        f"{self.allowance})")
+                    self._refuse(delta)
                 kind, charged = EventKind.PROBABILISTIC, self.allowance
         return Admit(request_id=self.request_id, ordinal=self.ordinal, kind=kind,
                      charged=charged, cap=cap, tier=reading.tier,
                      saturated=reading.tier is Tier.SATURATED, token=token)
+
+    def _refuse(self, delta: Fraction) -> NoReturn:
+        # A delta that is exactly an earlier allowance of this account was read before
+        # other admissions drew it: say so, rather than blame the budget.
+        due_index = self._tally[EventKind.PROBABILISTIC]
+        read_index = _allowance_index(delta, self.budget.exact)
+        if read_index is not None and read_index < due_index:
+            raise AllowanceMovedError(self.request_id, delta, read_index, self.allowance,
+                                      due_index, self.spent, self.budget.to_text())
+        raise BudgetExceededError(self.request_id, str(self.spent), str(delta),
+                                  self.budget.to_text(), str(self.allowance))
 
     def apply(self, event: Admit | AdmitEntries, *, where: str,
               before: Callable[[], None] | None = None) -> Admission:
@@ -240,6 +280,126 @@ class Account:
                                                                       self.entries),
             steps=self.steps, vacuous_steps=self.vacuous_steps,
             worst_step_bound=self.worst_step_bound, closed=self.closed)
+
+
+@final
+@dataclass(frozen=True, slots=True, eq=False)
+class EntryBatch:
+    """A step's per-entry bounds, certified, with the step's bound as a reading.
+
+    Attributes:
+        certification: which entries keep the compressed value, and the step bound.
+        step: the step's bound as a reading of the batch's metric, its tier
+            decided from the evidence and the metric's saturation (Lean:
+            ``WitCert.Ledger.entry_fallback_sound``).
+        bounds: the per-entry bounds, as float64.
+        slots: the pool slots the entries are written to (one per entry, validated), or ``None``.
+
+    Example:
+        >>> from witcert_calculus.metrics import AttentionTV, AtConsume
+        >>> from witcert_calculus.tiers import Proof
+        >>> batch = EntryBatch.certify([0.01, 0.5], threshold=0.1, metric=AttentionTV[AtConsume],
+        ...                            evidence=Proof("WitCert.Meters.tv_eform_sound"), delta=0)
+        >>> acct = Account(1, Probability.budget("1/100"))
+        >>> event = batch.propose(acct, EmpiricalPolicy.FALLBACK, token=None)
+        >>> event.n_entries, event.n_kept
+        (2, 1)
+        >>> ack = batch.acknowledge(acct.apply(event, where="<memory>"))
+        >>> ack.certification.keep.tolist(), ack.step is batch.step
+        ([True, False], True)
+    """
+
+    certification: EntryCertification
+    step: Reading[Any]
+    bounds: npt.NDArray[np.float64]
+    slots: npt.NDArray[np.int64] | None
+
+    @classmethod
+    def certify(cls, bounds: npt.ArrayLike, *, threshold: float, metric: type[Metric[Any]],
+                evidence: Evidence, delta: Fraction | float | int,
+                aggregate: Aggregate = Aggregate.SUM, whole_step: bool = False,
+                slots: npt.ArrayLike | None = None,
+                table: SlotTable | None = None) -> EntryBatch:
+        """Certify a step's per-entry bounds (per entry, or the step as a whole).
+
+        Args:
+            bounds: per-entry bounds (``>= 0``, ``+inf`` for no bound).
+            threshold: per-entry (or, whole-step, per-step) threshold.
+            metric: metric of the bounds, e.g. ``AttentionTV[AtConsume]``.
+            evidence: what certifies the per-entry bounds.
+            delta: failure probability of those bounds (0 for deterministic).
+            aggregate: how entry bounds combine into the step bound.
+            whole_step: certify the step as a whole instead of per entry.
+            slots: pool slots the entries are written to (one per entry), or ``None``.
+            table: the slot table that ``slots`` index (needed with ``slots``).
+
+        Returns:
+            The certified batch.
+
+        Raises:
+            InvalidValueError: for NaN or negative bounds, a bad threshold, bad
+                or repeated slots, a slot count that does not match, or slots
+                without their table.
+            NotAMetricError, UnregisteredMetricError: as
+                :func:`~witcert_calculus.metrics.metric_info`.
+        """
+        info = metric_info(metric)
+        cert_fn = certify_step if whole_step else certify_entries
+        cert = cert_fn(bounds, threshold=threshold, aggregate=aggregate,
+                       saturation=info.saturation)
+        b = np.asarray(bounds, dtype=np.float64)
+        idx: npt.NDArray[np.int64] | None = None
+        if slots is not None:
+            if table is None:
+                raise InvalidValueError("table", table, "must be the slot table that slots index")
+            idx = table.validate_slots(slots)
+            if idx.size != cert.n_entries:
+                raise InvalidValueError("slots", f"{idx.size} slots",
+                                        f"must name one slot per entry ({cert.n_entries})")
+        step: Reading[Any] = Reading(metric, cert.step_bound,
+                                     evidence=Composition((evidence,),
+                                                          theorem=ENTRY_FALLBACK_SOUND),
+                                     delta=delta)
+        return cls(certification=cert, step=step, bounds=b, slots=idx)
+
+    def propose(self, account: Account, policy: EmpiricalPolicy, *,
+                token: str | None) -> AdmitEntries:
+        """The batch's admission event into ``account``, charged once; the account does not change.
+
+        Args:
+            account: the open account of the request.
+            policy: what an empirical reading does (no entry is kept under fallback).
+            token: the caller's idempotency token, if any.
+
+        Returns:
+            The event: the step reading's charge (as :meth:`Account.propose`
+            makes it) next to the entries kept and the slot write.
+
+        Raises:
+            AllowanceMovedError, BudgetExceededError, InvalidValueError: as
+                :meth:`Account.propose`.
+        """
+        charge = account.propose(self.step, policy, token=token)
+        return AdmitEntries.of(charge, self.certification, slots=self.slots, bounds=self.bounds)
+
+    def acknowledge(self, admission: Admission) -> EntryAdmission:
+        """The acknowledgement of the batch, from the admission its event returned.
+
+        An empirical fallback keeps no entry; an empirical batch (fallback or
+        degraded) reports no step reading.
+
+        Args:
+            admission: the acknowledgement of the batch's charge.
+
+        Returns:
+            The entry-level acknowledgement.
+        """
+        cert = self.certification
+        if admission.kind is EventKind.EMPIRICAL_FALLBACK:
+            cert = cert.none_kept()
+        empirical = admission.kind in (EventKind.EMPIRICAL_FALLBACK, EventKind.EMPIRICAL_DEGRADED)
+        return EntryAdmission(admission=admission, certification=cert,
+                              step=None if empirical else self.step)
 
 
 @final

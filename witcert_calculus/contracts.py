@@ -53,12 +53,14 @@ from witcert_calculus.errors import (
 from witcert_calculus.metrics import Metric, check_value, metric_info, metric_name, same_metric
 from witcert_calculus.theorems import ADD_SOUND, ID_SOUND, lookup
 from witcert_calculus.tiers import (
+    Assumption,
     Composition,
     Evidence,
     Measurement,
     Proof,
     Restricted,
     Tier,
+    assumptions_of,
     decide_tier,
     theorems_of,
 )
@@ -332,6 +334,11 @@ class Contract(Generic[In, Out]):
         """Every Lean theorem this contract's evidence cites."""
         return theorems_of(self.evidence)
 
+    @property
+    def assumptions(self) -> tuple[Assumption, ...]:
+        """Every assumption this contract's evidence rests on (none: nothing is assumed)."""
+        return assumptions_of(self.evidence)
+
     def then(self, other: Contract[Out, X]) -> Contract[In, X]:
         """Pipeline-order composition: ``self`` first, then ``other``.
 
@@ -415,7 +422,8 @@ class Contract(Generic[In, Out]):
         return _risk(affine, y, saturation)
 
     def explain(self) -> str:
-        """A readable account: each stage with coefficients, evidence and tier, then the total."""
+        """A readable account: each stage with coefficients, evidence and tier, what is
+        assumed and not checked (when anything is), then the total."""
         lines = [f"{self.name}: {metric_name(self.m_in)} -> {metric_name(self.m_out)}"]
         for i, s in enumerate(self._stages, 1):
             tf = "" if s.transfer is None else f"; tighter: {s.transfer.formula()}"
@@ -424,6 +432,10 @@ class Contract(Generic[In, Out]):
                 f"  {i}. {s.name}: {metric_name(s.m_in)} -> {metric_name(s.m_out)}: "
                 f"e_out <= {_fmt(s.a)} * e_in + {_fmt(s.b)}{tf}{cap}; delta={_fmt(s.delta)}; "
                 f"{_describe(s.evidence)}; tier {_stage_tier(s).name}")
+        assumed = self.assumptions
+        if assumed:
+            lines.append("  assumed, not checked (the tier is at most PARTIALLY_CERTIFIED):")
+            lines.extend(f"    - {a.statement} (unchecked: {a.reason})" for a in assumed)
         lines.append(f"  total: e_out <= {self._total()}; delta={_fmt(self.delta)}; "
                      f"tier {self.tier.name}")
         return "\n".join(lines)
@@ -697,6 +709,15 @@ class Reading(Generic[M]):
     def saturated(self) -> bool:
         """True when this bound says nothing (at or above its metric's saturation)."""
         return self.tier is Tier.SATURATED
+
+    @property
+    def assumptions(self) -> tuple[Assumption, ...]:
+        """Every assumption the evidence rests on, collected from the evidence tree.
+
+        Empty when every premise was computed or carried by construction; otherwise the
+        tier is at most ``PARTIALLY_CERTIFIED``.
+        """
+        return assumptions_of(self.evidence)
 
     def _check(self, op: str, other: object) -> Reading[Any]:
         if not isinstance(other, Reading):

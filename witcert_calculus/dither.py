@@ -30,7 +30,10 @@ e-form of :mod:`witcert_calculus.tv_forms` applies. Every term is rounded outwar
 rule of :mod:`witcert_calculus.rounding`.
 The certificate holds for *non-adaptive* queries (chosen independently of the
 dither stream); the deterministic Tier-A meter is the adaptive-safe one. Both
-facts and ``delta_loc`` are part of the reading's evidence.
+facts and ``delta_loc`` are part of the reading's evidence: :func:`tier_b_logit_bound`
+returns a :class:`~witcert_calculus.witness.LogitBound` that holds on the event of
+probability ``1 - delta_loc``, with the assumptions :data:`NON_ADAPTIVE_QUERIES` and
+:data:`PHILOX_UNIFORM` (no code can check either), and its premises on the store computed.
 
 Main declarations:
 
@@ -43,13 +46,15 @@ Main declarations:
   :func:`tier_b_logit_bound`, :func:`delta_local`, :func:`tier_b_certificate`.
 - constants shared with the torch port (``witcert_kernels.dither``): :data:`QMAX`,
   :data:`GRID_BITS`, :data:`GRID_STEP`, :data:`GRID_MEAN`, :data:`PHILOX_MULTIPLIERS`,
-  :data:`PHILOX_WEYL`; :data:`NON_ADAPTIVE`, the certificate's restriction.
+  :data:`PHILOX_WEYL`; :data:`NON_ADAPTIVE`, the certificate's restriction, stated by the
+  assumptions :data:`NON_ADAPTIVE_QUERIES` and :data:`PHILOX_UNIFORM`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Final, final
 
 import numpy as np
@@ -60,12 +65,16 @@ from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.rounding import grid_mean_margin, outward, radius_margin, variance_margin
-from witcert_calculus.theorems import DITHER_LOGIT_TAIL, SIGNAVG_UNION_LE, TV_EFORM_SOUND
-from witcert_calculus.tiers import Composition, Premise, Proof, Restricted
+from witcert_calculus.theorems import DITHER_LOGIT_TAIL, SIGNAVG_UNION_LE
+from witcert_calculus.tiers import Assumption, Composition, Evidence, Premise, Proof, Restricted
 from witcert_calculus.tv_forms import tv_eform
 from witcert_calculus.validation import F64, distribution, finite_array, nonneg_array, \
     positive_int, real, uint
-from witcert_calculus.witness import RopeLayout, _pair_channels  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.witness import LogitBound, RopeLayout
+# the pairing of channels and the construction of an established bound are shared with
+# the witness module, not public API
+from witcert_calculus.witness import _add_shapes, _establish  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.witness import _pair_channels, _read_only  # pyright: ignore[reportPrivateUsage]
 
 __all__ = [
     "ByteAccount",
@@ -75,7 +84,9 @@ __all__ = [
     "GRID_MEAN",
     "GRID_STEP",
     "NON_ADAPTIVE",
+    "NON_ADAPTIVE_QUERIES",
     "PHILOX_MULTIPLIERS",
+    "PHILOX_UNIFORM",
     "PHILOX_WEYL",
     "QMAX",
     "byte_account",
@@ -110,6 +121,18 @@ GRID_MEAN: Final = GRID_STEP / 2
 NON_ADAPTIVE: Final = ("non-adaptive queries: q chosen independently of the dither stream "
                        "(adaptive queries need the deterministic Tier-A meter), with the "
                        "Philox-4x32-10 stream taken as uniform random bits")
+
+#: The Tier-B bound's assumption on the queries (the scope of :data:`NON_ADAPTIVE`).
+NON_ADAPTIVE_QUERIES: Final = Assumption(
+    "each query q is chosen independently of the dither stream (non-adaptive queries)",
+    reason="no code sees how a query was chosen; adaptive queries need the deterministic "
+           "Tier-A meter")
+
+#: The Tier-B bound's assumption on the generator.
+PHILOX_UNIFORM: Final = Assumption(
+    "the Philox-4x32-10 stream behaves as independent uniform random bits",
+    reason="a deterministic counter-based generator; its uniformity is a cryptographic "
+           "assumption, not a property a test can establish")
 
 #: Philox-4x32 round multipliers (Random123).
 PHILOX_MULTIPLIERS: Final = (0xD2511F53, 0xCD9E8D57)
@@ -586,7 +609,7 @@ def delta_local(delta_req: float | Probability, *, layers: int, heads: int, step
 
 
 def tier_b_logit_bound(query: ArrayLike, stored: DitheredKeys, *, scale: float,
-                       delta_loc: float, tokens: int | None = None) -> F64:
+                       delta_loc: float, tokens: int | None = None) -> LogitBound[F64]:
     """Per-token Tier-B logit bound ``u_t = sqrt(2 varsigma_t^2 log(2S/delta_loc)) + m_t``.
 
     The sub-Gaussian radius of the centred error (:func:`subgaussian_radius` of
@@ -605,22 +628,55 @@ def tier_b_logit_bound(query: ArrayLike, stored: DitheredKeys, *, scale: float,
         tokens: ``S`` for the union bound (default: the stored tokens).
 
     Returns:
-        ``u`` of shape ``(S,)``.
+        A :class:`~witcert_calculus.witness.LogitBound` with ``values`` ``u`` of shape
+        ``(S,)``, ``delta = delta_loc`` and the assumptions :data:`NON_ADAPTIVE_QUERIES`,
+        :data:`PHILOX_UNIFORM`; the premises on the store are computed here.
 
     Raises:
         InvalidValueError: on an invalid query, scale, ``delta_loc`` or ``tokens``.
+        PremiseError: on a store whose codes or scales break the quantizer's guarantees.
 
     Example:
         >>> st = dither_quantize(np.ones((2, 4)), key=DitherKey(0, 0, 0), tokens=np.arange(2),
         ...                      block_size=4, layout=RopeLayout.HALF_SPLIT)
         >>> u = tier_b_logit_bound(np.ones(4), st, scale=0.5, delta_loc=1e-3)
-        >>> bool((u > 0).all()) and u.shape == (2,)
-        True
+        >>> bool((u.values > 0).all()) and u.values.shape == (2,), float(u.delta)
+        (True, 0.001)
     """
     radius = subgaussian_radius(dither_variance_proxy(query, stored, scale=scale),
                                 delta_loc=delta_loc, tokens=tokens)
     out: F64 = radius + dither_mean_offset(query, stored, scale=scale)
-    return out
+    dl = real("delta_loc", delta_loc, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    sc = real("scale", scale, lo=0.0, lo_open=True)
+    s_count = int(stored.payload.shape[0])
+    n = s_count if tokens is None else positive_int("tokens", tokens)
+    scales = stored.scales.astype(np.float64)
+    evidence = _tier_b_evidence(premises=(
+        Premise("the store is a DitheredKeys: xi is regenerated from its own Philox key "
+                "at read time (dither_dequantize), as at write time",
+                isinstance(stored, DitheredKeys)),
+        Premise(f"every code lies in [-{QMAX}, {QMAX}] (QMAX): no kept channel clipped, "
+                "so its error is within s/2 of the stored scale",
+                int(np.abs(stored.payload.astype(np.int16)).max(initial=0)) <= QMAX),
+        Premise("every block scale is finite and >= 0",
+                bool(np.isfinite(scales).all() and (scales >= 0).all())),
+        Premise("scale > 0 and 0 < delta_loc < 1", sc > 0 and 0 < dl < 1)),
+        union=Premise(f"the union bound runs over S = {n} >= {s_count} stored tokens",
+                      n >= s_count),
+        assumptions=(NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM))
+    return _establish(_read_only(out), evidence=evidence, delta=Fraction(dl),
+                      source="witcert_calculus.dither.tier_b_logit_bound", add=_add_shapes)
+
+
+def _tier_b_evidence(*, premises: tuple[Premise, ...], union: Premise | None,
+                     assumptions: tuple[Assumption, ...]) -> Evidence:
+    """Evidence of ``|eps_t| <= u_t`` for every token of a row except with probability
+    ``delta_loc``: the Chernoff tail per token on the stated assumptions, then the union bound."""
+    return Composition(
+        (Restricted(Proof(DITHER_LOGIT_TAIL, premises), subset=NON_ADAPTIVE,
+                    assumptions=assumptions),
+         Proof(SIGNAVG_UNION_LE, () if union is None else (union,))),
+        theorem=SIGNAVG_UNION_LE)
 
 
 def tier_b_certificate(p_tilde: ArrayLike, query: ArrayLike, stored: DitheredKeys, *,
@@ -656,17 +712,5 @@ def tier_b_certificate(p_tilde: ArrayLike, query: ArrayLike, stored: DitheredKey
     if p.size != stored.payload.shape[0]:
         raise InvalidValueError("p_tilde", f"array of shape {p.shape}",
                                 f"must have one entry per stored token ({stored.payload.shape[0]})")
-    bound = tv_eform(p, tier_b_logit_bound(query, stored, scale=scale, delta_loc=delta_loc))
-    dl = real("delta_loc", delta_loc, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
-    evidence = Composition(
-        (Restricted(Proof(DITHER_LOGIT_TAIL, (
-            Premise("subtractive dither, xi on the 2^-24 grid regenerated from the same "
-                    "Philox stream", True),
-            Premise("each kept channel's error is within s/2 of the stored scale "
-                    "(checked at quantization)", True))), subset=NON_ADAPTIVE),
-         Proof(SIGNAVG_UNION_LE, (
-             Premise(f"|eps_t| <= u_t for all {p.size} tokens except with probability "
-                     f"delta_loc = {dl!r}", True),)),
-         Proof(TV_EFORM_SOUND, (Premise("c_t = u_t >= |eps_t| on the event above", True),))),
-        theorem=TV_EFORM_SOUND, restriction=NON_ADAPTIVE)
-    return Reading(AttentionTV[AtConsume], bound.raw, evidence=evidence, delta=dl)
+    u = tier_b_logit_bound(query, stored, scale=scale, delta_loc=delta_loc)
+    return tv_eform(p, u).reading()

@@ -27,6 +27,7 @@ Main declarations:
 - :func:`log_factors`: vectorised ``log g_e`` (bit-identical to the scalar update).
 - :func:`log_paths`: vectorised running ``log M_t`` over many independent streams.
 - :func:`observation_batch`: a stream of observations with its null means and ranges, stacked.
+- :class:`Sentinels`: named processes, created once each (the ledger's drift sentinels).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from witcert_calculus.validation import unit_rational
 __all__ = [
     "EProcess",
     "EProcessState",
+    "Sentinels",
     "VILLE_THEOREM",
     "log_factors",
     "log_paths",
@@ -400,3 +402,99 @@ class EProcess:
         self._log_value = float(logs[-1])
         self._slack = float(slack[-1])
         return self._alarm_step is not None
+
+
+@final
+class Sentinels:
+    """Named drift sentinels: one :class:`EProcess` per name, each created once.
+
+    :meth:`declare`, :meth:`require_new` and :meth:`check` validate, changing nothing;
+    :meth:`add` and :meth:`observe` apply a change, live or replayed. Not thread-safe:
+    the :class:`~witcert_calculus.ledger.RiskLedger` serializes access and journals first.
+
+    Example:
+        >>> book = Sentinels()
+        >>> proto = Sentinels.declare("drift", delta=0.01, kappa=0.5)
+        >>> book.require_new("drift")
+        >>> book.add("drift", delta=proto.delta, kappa=proto.kappa)
+        >>> batch = observation_batch([0.2, 0.3], 0.1, 1.0)
+        >>> book.check("drift", batch)
+        >>> book.observe("drift", batch).steps, book.names()
+        (2, ('drift',))
+    """
+
+    __slots__ = ("_by_name",)
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, EProcess] = {}
+
+    @staticmethod
+    def declare(name: object, *, delta: float | Fraction, kappa: float) -> EProcess:
+        """Validate a new sentinel's name and parameters; return a fresh, unregistered process.
+
+        Args:
+            name: a short, low-cardinality name (used as a metrics label).
+            delta: its false-alarm level in (0, 1).
+            kappa: its declared tuning constant.
+
+        Raises:
+            InvalidValueError: for a bad name, delta or kappa (:meth:`require_new`
+                checks that the name is free).
+        """
+        if not isinstance(name, str) or not name or not name.replace("_", "").replace(
+                ".", "").replace("-", "").isalnum():
+            raise InvalidValueError("name", name, "must be a non-empty [A-Za-z0-9_.-] string")
+        return EProcess(delta=delta, kappa=kappa)
+
+    def require_new(self, name: str) -> None:
+        """Raise if a sentinel of this name exists.
+
+        Raises:
+            InvalidValueError: if the name is in use.
+        """
+        if name in self._by_name:
+            raise InvalidValueError("name", name, "a sentinel of this name exists")
+
+    def _get(self, name: str) -> EProcess:
+        if (p := self._by_name.get(name)) is None:
+            raise InvalidValueError("name", name, "no sentinel of this name")
+        return p
+
+    def check(self, name: str, batch: FloatArray) -> None:
+        """Validate a batch (rows ``w``, ``m``, ``c``) for a sentinel, changing nothing.
+
+        Raises:
+            InvalidValueError: for an unknown sentinel or bad observations.
+        """
+        log_factors(*batch, kappa=self._get(name).kappa)
+
+    def state(self, name: str) -> EProcessState:
+        """A sentinel's current state.
+
+        Raises:
+            InvalidValueError: for an unknown sentinel.
+        """
+        return self._get(name).state
+
+    def names(self) -> tuple[str, ...]:
+        """Names of the sentinels, sorted."""
+        return tuple(sorted(self._by_name))
+
+    def states(self) -> tuple[tuple[str, EProcessState], ...]:
+        """``(name, state)`` of each sentinel, sorted by name."""
+        return tuple((n, self._by_name[n].state) for n in sorted(self._by_name))
+
+    def add(self, name: str, *, delta: float, kappa: float) -> None:
+        """Create a sentinel (live or replayed) with parameters :meth:`declare` validated."""
+        self._by_name[name] = EProcess(delta=delta, kappa=kappa)
+
+    def observe(self, name: str, batch: FloatArray) -> EProcessState:
+        """Fold a batch (rows ``w``, ``m``, ``c``) into a sentinel; return its new state.
+
+        Raises:
+            KeyError: for an unknown sentinel (a journal that names none).
+            InvalidValueError: for bad observations; nothing is folded in then.
+        """
+        proc = self._by_name[name]
+        proc.observe_many(batch[0], m=batch[1], c=batch[2])
+        return proc.state

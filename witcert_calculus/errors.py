@@ -16,12 +16,15 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     ├── UnregisteredMetricError      (LookupError) a metric class that was never registered
     ├── MetricAlreadyRegisteredError (ValueError)  a metric class registered a second time
     ├── NotAMetricError              (TypeError)   something that is not a site-indexed metric
+    ├── ForgedBoundError             (TypeError)   an established type built outside its establisher
     ├── AdmissionError               (ValueError)  the ledger refuses an object by rule
-    ├── BudgetExceededError          (RuntimeError) a spend would exceed a request's budget
+    ├── BudgetExceededError          (RuntimeError) a delta above the request's next allowance
+    │   └── AllowanceMovedError                    an allowance read before others drew it
     ├── UnknownRequestError          (LookupError) a request id the ledger never opened
     ├── ReusedRequestIdError         (ValueError)  a request id that was already used
     ├── UnwrittenSlotError           (LookupError) read of a slot that holds no bytes
     ├── StaleReadError               (LookupError) read authorised at an older generation
+    ├── SlotOwnershipError           (PermissionError) writing or evicting another's slot
     ├── JournalError                 (OSError)     the durable journal cannot be used
     └── TheoremExportError           (ValueError)  a Lean export file that cannot be registered
 
@@ -33,11 +36,14 @@ Main declarations:
 
 from __future__ import annotations
 
-from typing import Any, final
+from fractions import Fraction
+from typing import Any, Literal, final
 
 __all__ = [
     "AdmissionError",
+    "AllowanceMovedError",
     "BudgetExceededError",
+    "ForgedBoundError",
     "InvalidValueError",
     "JournalError",
     "MetricAlreadyRegisteredError",
@@ -47,6 +53,7 @@ __all__ = [
     "PremiseError",
     "RegimeMismatchError",
     "ReusedRequestIdError",
+    "SlotOwnershipError",
     "StaleReadError",
     "TheoremExportError",
     "UnknownRequestError",
@@ -269,6 +276,33 @@ class NotAMetricError(WitcertError, TypeError):
 
 
 @final
+class ForgedBoundError(WitcertError, TypeError):
+    """A value of an established type (e.g. a ``LogitBound``) built outside the functions
+    that establish it.
+
+    Such a type carries its premise by construction (a logit bound computed from stored
+    witnesses and the live query), so only its establishing functions may produce one.
+
+    Args:
+        kind: the type's name, e.g. ``"LogitBound"``.
+        establishers: the qualified names of the functions that produce it.
+    """
+
+    def __init__(self, kind: str, establishers: tuple[str, ...]) -> None:
+        self.kind = kind
+        self.establishers = establishers
+        super().__init__(kind, establishers)
+
+    def _message(self) -> str:
+        return (
+            f"a {self.kind} is established only by {', '.join(self.establishers)}; "
+            f"it cannot be built or rebuilt elsewhere. To use numbers of your own, pass the "
+            "plain array: its premise is then carried as an assumption (at most "
+            "PARTIALLY_CERTIFIED)"
+        )
+
+
+@final
 class AdmissionError(WitcertError, ValueError):
     """The ledger refuses an object by rule (e.g. an empirical reading as a certificate).
 
@@ -286,28 +320,89 @@ class AdmissionError(WitcertError, ValueError):
         return f"request {self.request_id}: admission refused: {self.reason}"
 
 
-@final
 class BudgetExceededError(WitcertError, RuntimeError):
-    """A spend would take a request's failure probability past its budget.
+    """A probabilistic certificate whose delta the request's budget cannot pay for.
+
+    The telescoping schedule gives a request's ``i``-th probabilistic event the
+    allowance ``delta_req / ((i+1)(i+2))``; a certificate whose delta exceeds the
+    allowance due when it is admitted is refused (and nothing is charged).
 
     Args:
         request_id: the account concerned.
         spent: what the account has spent (exact, as text).
-        requested: what the event asks for.
+        requested: the delta the certificate asks for.
         budget: the account's delta_req.
+        allowance: the allowance now due (as text), when the refusal is by the
+            telescoping schedule; ``None`` for a spend past the budget itself.
     """
 
-    def __init__(self, request_id: int, spent: str, requested: str, budget: str) -> None:
+    def __init__(self, request_id: int, spent: str, requested: str, budget: str,
+                 allowance: str | None = None) -> None:
         self.request_id = request_id
         self.spent = spent
         self.requested = requested
         self.budget = budget
-        super().__init__(request_id, spent, requested, budget)
+        self.allowance = allowance
+        super().__init__(request_id, spent, requested, budget, allowance)
 
     def _message(self) -> str:
+        if self.allowance is None:
+            return (
+                f"request {self.request_id}: spending {self.requested} on top of {self.spent} "
+                f"would exceed its budget {self.budget}"
+            )
         return (
-            f"request {self.request_id}: spending {self.requested} on top of {self.spent} "
-            f"would exceed its budget {self.budget}"
+            f"request {self.request_id}: spending {self.requested} on top of {self.spent} is "
+            f"refused by the telescoping schedule of delta_req={self.budget}: the allowance is "
+            f"{self.allowance} for its next probabilistic event; certify at a delta of at most "
+            f"{self.allowance}, or let RiskLedger.admit_next(request_id, make_reading) pass "
+            "the allowance due to the certificate"
+        )
+
+
+@final
+class AllowanceMovedError(BudgetExceededError):
+    """A certificate built for an allowance that other admissions have since used up.
+
+    Raised when a probabilistic certificate's delta is exactly the allowance of
+    an earlier probabilistic event of the same request: the caller read the
+    allowance (``RiskLedger.next_allowance``), then other admissions drew it
+    before this one arrived. Nothing is charged. ``RiskLedger.admit_next``
+    reads the allowance and admits in one step, so it cannot happen there.
+
+    Args:
+        request_id: the account concerned.
+        read: the allowance the certificate was built for (the delta offered).
+        read_index: the probabilistic event that allowance belongs to.
+        due: the allowance now due.
+        due_index: the probabilistic event now due.
+        spent: what the account has spent.
+        budget: the account's delta_req, as text.
+    """
+
+    def __init__(self, request_id: int, read: Fraction, read_index: int, due: Fraction,
+                 due_index: int, spent: Fraction, budget: str) -> None:
+        self.request_id = request_id
+        self.read = read
+        self.read_index = read_index
+        self.due = due
+        self.due_index = due_index
+        self.spent = str(spent)
+        self.requested = str(read)
+        self.budget = budget
+        self.allowance = str(due)
+        WitcertError.__init__(self, request_id, read, read_index, due, due_index, spent, budget)
+
+    def _message(self) -> str:
+        since = self.due_index - self.read_index
+        made = "admission was" if since == 1 else "admissions were"
+        return (
+            f"request {self.request_id}: the allowance moved: the certificate was built for "
+            f"{self.read}, the allowance of probabilistic event {self.read_index}, but {since} "
+            f"probabilistic {made} made since; the allowance now due is {self.due} (event "
+            f"{self.due_index}); nothing was charged; read the allowance and admit in one step "
+            f"with RiskLedger.admit_next(request_id, make_reading), or certify again at a delta "
+            f"of at most {self.due}"
         )
 
 
@@ -384,6 +479,45 @@ class StaleReadError(WitcertError, LookupError):
         return (
             f"slot {self.slot} was authorised at generation {self.authorized} but is now at "
             f"generation {self.current}: re-authorise the read"
+        )
+
+
+@final
+class SlotOwnershipError(WitcertError, PermissionError):
+    """A write or eviction of a slot that another request owns.
+
+    A request may write or evict only the slots it owns and free (``UNWRITTEN``)
+    slots; a batch that names any other slot is refused whole, and nothing of it
+    is applied or journaled.
+
+    Args:
+        request_id: the request that tried.
+        action: ``"write"`` or ``"evict"``.
+        slot: the first refused slot of the batch.
+        owner: the request that owns it.
+        generation: the slot's current generation.
+        refused: how many slots of the batch other requests own.
+    """
+
+    def __init__(self, request_id: int, action: Literal["write", "evict"], slot: int,
+                 owner: int, generation: int, refused: int) -> None:
+        self.request_id = request_id
+        self.action = action
+        self.slot = slot
+        self.owner = owner
+        self.generation = generation
+        self.refused = refused
+        super().__init__(request_id, action, slot, owner, generation, refused)
+
+    def _message(self) -> str:
+        more = (f"; {self.refused} slots of the batch are owned by others"
+                if self.refused > 1 else "")
+        return (
+            f"request {self.request_id} may not {self.action} slot {self.slot}: it is owned by "
+            f"request {self.owner} (generation {self.generation}){more}; a request writes or "
+            f"evicts only its own slots and free ones, so nothing of the batch was applied: "
+            f"choose a free slot, or have request {self.owner} evict it (closing a request "
+            "frees its slots)"
         )
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar, final
 
-from witcert_calculus.errors import JournalError
+from witcert_calculus.errors import InvalidValueError, JournalError
 from witcert_calculus.events import EncodedEvent, Event, decode
 from witcert_calculus.journal import Journal, JournalRow
 
@@ -75,7 +75,7 @@ class EventLog:
         (1, 1)
     """
 
-    __slots__ = ("_journal", "_lock", "_replay", "_seq")
+    __slots__ = ("_building", "_journal", "_lock", "_replay", "_seq")
 
     def __init__(self, journal: str | os.PathLike[str] | None, *, n_slots: int,
                  busy_timeout_s: float, lock: threading.RLock,
@@ -83,6 +83,7 @@ class EventLog:
         self._lock = lock
         self._replay = replay
         self._seq = 0
+        self._building = False
         self._journal = None if journal is None else Journal(journal, n_slots=n_slots,
                                                              busy_timeout_s=busy_timeout_s)
 
@@ -132,6 +133,13 @@ class EventLog:
                                f"{exc}") from exc
         self._seq = row.seq
 
+    def _build(self, build: Callable[[], _E | Recorded[_R]]) -> _E | Recorded[_R]:
+        self._building = True
+        try:
+            return build()
+        finally:
+            self._building = False
+
     def commit(self, build: Callable[[], _E | Recorded[_R]], apply: Callable[[_E], _R]) -> _R:
         """Build an event against the newest state, make it durable, apply it, return the result.
 
@@ -148,10 +156,17 @@ class EventLog:
             JournalError: if the event cannot be made durable (it is then not
                 applied) or a newer event does not replay; whatever ``build``
                 raises, with nothing written.
+            InvalidValueError: if ``build`` itself commits an event (a build
+                runs inside its commit and must not start another).
         """
         with self._lock:
+            if self._building:
+                raise InvalidValueError(
+                    "event", "<nested commit>", "was committed from inside the build of another "
+                    "event (e.g. by a reading factory passed to admit_next); build the reading "
+                    "without calling the ledger")
             if self._journal is None:
-                ev = build()
+                ev = self._build(build)
                 if isinstance(ev, Recorded):
                     return ev.result
                 self._seq += 1
@@ -159,7 +174,7 @@ class EventLog:
             with self._journal.transaction():
                 for row in self._journal.since(self._seq):
                     self._apply_row(row)
-                ev = build()
+                ev = self._build(build)
                 if isinstance(ev, Recorded):
                     return ev.result
                 enc = ev.encode()

@@ -8,7 +8,7 @@ text, floats in hexadecimal, enums by value), packed arrays and an optional
 idempotency token (:class:`EncodedEvent`). Each class encodes itself
 (:meth:`encode`) and is decoded through one table keyed by the operation name
 (:func:`decode`), so ``decode(e.encode()).encode() == e.encode()``. The
-encoding is the journal's format version 1.
+encoding is the journal's format version 2 (a close records the slots it frees).
 
 Main declarations:
 
@@ -21,7 +21,7 @@ Main declarations:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, ClassVar, Final, TypeAlias, final
 
@@ -243,26 +243,33 @@ class AdmitEntries:
                    write=write)
 
 
+def _no_slots() -> IntArray:
+    return np.zeros(0, dtype=np.int64)
+
+
 @final
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class CloseRequest:
-    """A request closed (its id is never reused).
+    """A request closed (its id is never reused), and the slots it owned freed.
 
     Attributes:
         request_id: the account.
+        slots: the slots the request owned, which the close returns to
+            ``UNWRITTEN``; replay checks that they are exactly the slots it owns.
     """
 
     op: ClassVar[str] = "close"
     request_id: int
+    slots: IntArray = field(default_factory=_no_slots)
 
     def encode(self) -> EncodedEvent:
-        """The journal encoding."""
-        return EncodedEvent(self.op, {"rid": self.request_id})
+        """The journal encoding (released slots as ``<i8``)."""
+        return EncodedEvent(self.op, {"rid": self.request_id}, self.slots.astype("<i8").tobytes())
 
     @classmethod
     def decode(cls, e: EncodedEvent) -> CloseRequest:
         """Inverse of :meth:`encode`."""
-        return cls(int(e.payload["rid"]))
+        return cls(int(e.payload["rid"]), np.frombuffer(e.data, dtype="<i8").astype(np.int64))
 
 
 @final

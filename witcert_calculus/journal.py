@@ -41,8 +41,13 @@ __all__ = [
     "JournalRow",
 ]
 
-FORMAT_VERSION = 1
-"""Version of the journal's table layout and event encoding."""
+FORMAT_VERSION = 2
+"""Version of the journal's table layout and event encoding.
+
+Version 2: replay enforces slot ownership (a request writes or evicts only its
+own and free slots) and a close records the slots it frees. A journal of
+another version does not open: its events were made under other rules.
+"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -26,13 +26,22 @@ or ``EMPIRICAL``; it reports the spent budget, counts per event kind and, for
 entry-level admissions, the retained fraction next to the number of vacuous
 steps (retention is not coverage when the step bound is vacuous).
 
+A certificate built for ``next_allowance(r)`` is refused with
+:class:`~witcert_calculus.errors.AllowanceMovedError` when other admissions drew
+that allowance first; :meth:`RiskLedger.admit_next` reads the allowance and
+admits in one step.
+
 The ledger also owns the slot table (fail-closed reads, write-side charge once
-per write) and named drift sentinels. It is thread-safe; with ``journal=path``
-every event is committed to a SQLite WAL journal before it is applied and
-acknowledged, reopening replays to the identical state, and several processes
-can share one journal file. Beside it: :mod:`~witcert_calculus.budget`,
-:mod:`~witcert_calculus.account`, :mod:`~witcert_calculus.records`,
-:mod:`~witcert_calculus.events` and :mod:`~witcert_calculus.eventlog`.
+per write, and ownership: a request writes or evicts only its own and free
+slots, and closing it frees its slots) and named drift sentinels. It is
+thread-safe; with ``journal=path`` every event is committed to a SQLite WAL
+journal before it is applied and acknowledged, reopening replays to the
+identical state, and several processes can share one journal file. Beside it:
+:mod:`~witcert_calculus.state` (the state its events change, and how),
+:mod:`~witcert_calculus.budget`, :mod:`~witcert_calculus.account` (accounts and
+entry batches), :mod:`~witcert_calculus.records` (what it reports, with the
+aggregates), :mod:`~witcert_calculus.events`, :mod:`~witcert_calculus.eventlog`
+and :mod:`~witcert_calculus.eprocess` (the sentinels).
 
 Main declarations:
 
@@ -43,44 +52,31 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from fractions import Fraction
-from functools import partial
 from typing import Any, final
 
-import numpy as np
 import numpy.typing as npt
 
-from witcert_calculus.account import Accounts
+from witcert_calculus.account import EntryBatch
 from witcert_calculus.budget import Probability, ProbabilityLike
 from witcert_calculus.contracts import Reading
-from witcert_calculus.entries import Aggregate, certify_entries, certify_step
-from witcert_calculus.eprocess import EProcess, EProcessState, log_factors, observation_batch
+from witcert_calculus.entries import Aggregate
+from witcert_calculus.eprocess import EProcessState, Sentinels, observation_batch
 from witcert_calculus.errors import InvalidValueError, UnknownRequestError
-from witcert_calculus.eventlog import EventLog, Recorded
-from witcert_calculus.events import (
-    AddSentinel,
-    Admit,
-    AdmitEntries,
-    CloseRequest,
-    Event,
-    Evict,
-    Observe,
-    OpenRequest,
-)
-from witcert_calculus.metrics import Metric, metric_info
+from witcert_calculus.eventlog import EventLog
+from witcert_calculus.metrics import Metric
 from witcert_calculus.prometheus import prometheus_text
 from witcert_calculus.records import (
     Admission,
     EmpiricalPolicy,
     EntryAdmission,
-    EventCounts,
-    EventKind,
     LedgerStats,
     Verdict,
 )
 from witcert_calculus.slots import SlotTable
-from witcert_calculus.theorems import ENTRY_FALLBACK_SOUND
-from witcert_calculus.tiers import Composition, Evidence, Tier
+from witcert_calculus.state import LedgerState
+from witcert_calculus.tiers import Evidence
 from witcert_calculus.validation import integer
 
 __all__ = [
@@ -124,18 +120,16 @@ class RiskLedger:
         <Tier.CERTIFIED: 3>
     """
 
-    __slots__ = ("_accounts", "_key", "_lock", "_log", "_sentinels", "_slots", "_tokens")
+    __slots__ = ("_key", "_lock", "_log", "_state")
 
     def __init__(self, *, n_slots: int = 0, journal: str | os.PathLike[str] | None = None,
                  busy_timeout_s: float = 60.0) -> None:
         self._lock = threading.RLock()
-        self._accounts = Accounts()
-        self._tokens: dict[str, Admission] = {}
-        self._sentinels: dict[str, EProcess] = {}
-        self._key = object()
-        self._slots = SlotTable(n_slots, directory=self, lock=self._lock, key=self._key)
+        self._key = object()  # the capability to change the slot table, held with the state
+        table = SlotTable(n_slots, directory=self, lock=self._lock, key=self._key)
+        self._state = LedgerState(table, key=self._key, where=lambda: self._log.where)
         self._log = EventLog(journal, n_slots=n_slots, busy_timeout_s=busy_timeout_s,
-                             lock=self._lock, replay=self._apply)
+                             lock=self._lock, replay=self._state.apply)
         try:
             self._log.sync()
         except BaseException:
@@ -147,7 +141,7 @@ class RiskLedger:
     @property
     def slots(self) -> SlotTable:
         """The slot table of the compressed pool."""
-        return self._slots
+        return self._state.slots
 
     @property
     def journal_path(self) -> str | None:
@@ -179,7 +173,7 @@ class RiskLedger:
         Raises:
             UnknownRequestError: for an id never opened, or already closed.
         """
-        if not self._accounts.is_open(request_id):
+        if not self._state.accounts.is_open(request_id):
             raise UnknownRequestError(request_id)
 
     # ------------------------------------------------------------------ requests
@@ -200,32 +194,37 @@ class RiskLedger:
         """
         budget = Probability.budget(delta_req)
         want = None if request_id is None else integer("request_id", request_id)
-
-        def build() -> OpenRequest:
-            return OpenRequest(self._accounts.next_id(want), budget)
-
-        return self._log.commit(build, self._apply_open)
+        return self._log.commit(lambda: self._state.open_event(budget, want),
+                                self._state.apply_open)
 
     def close_request(self, request_id: int) -> Verdict:
         """Close an account and return its final verdict; the id is never reused.
 
+        Every slot the request owns is freed in the same event: it returns to
+        ``UNWRITTEN`` with its generation bumped, so grants that other requests
+        hold on it go stale and their reads fail closed.
+
         Raises:
             UnknownRequestError: if the request is unknown or already closed.
         """
-        def build() -> CloseRequest:
-            return CloseRequest(self._accounts.open_account(request_id).request_id)
-
-        return self._log.commit(build, self._apply_close)
+        return self._log.commit(lambda: self._state.close_event(request_id),
+                                self._state.apply_close)
 
     def next_allowance(self, request_id: int) -> Fraction:
         """The allowance the request's next probabilistic certificate may use.
+
+        The value can move as soon as it is returned: when other threads or
+        processes admit probabilistic certificates into the same request, a
+        certificate built for it is refused with
+        :class:`~witcert_calculus.errors.AllowanceMovedError`. :meth:`admit_next`
+        reads the allowance and admits in one step.
 
         Raises:
             UnknownRequestError: if the request is not open.
         """
         with self._lock:
             self.sync()
-            return self._accounts.open_account(request_id).allowance
+            return self._state.accounts.open_account(request_id).allowance
 
     def verdict(self, request_id: int) -> Verdict:
         """The request's current verdict (also for closed requests).
@@ -235,7 +234,7 @@ class RiskLedger:
         """
         with self._lock:
             self.sync()
-            return self._accounts.get(request_id).verdict()
+            return self._state.accounts.get(request_id).verdict()
 
     def spent(self, request_id: int) -> Fraction:
         """The request's exact spend."""
@@ -245,7 +244,7 @@ class RiskLedger:
         """All request ids ever opened, ascending."""
         with self._lock:
             self.sync()
-            return self._accounts.ids()
+            return self._state.accounts.ids()
 
     # ------------------------------------------------------------------ admissions
 
@@ -270,18 +269,78 @@ class RiskLedger:
             UnknownRequestError: if the request is not open.
             BudgetExceededError: if a probabilistic reading's delta exceeds the
                 request's next telescoping allowance.
+            AllowanceMovedError: (a :class:`BudgetExceededError`) if that delta is
+                the allowance of an earlier probabilistic event of the request,
+                i.e. other admissions drew it after it was read; see :meth:`admit_next`.
             InvalidValueError: for a non-reading, bad policy or bad token.
             JournalError: if the event cannot be made durable (it is then not applied).
         """
         tok = _token(token)
+        return self._log.commit(
+            lambda: self._state.admit_event(request_id, reading, on_empirical, token=tok),
+            self._state.apply_admission)
 
-        def build() -> Admit | Recorded[Admission]:
-            if tok is not None and tok in self._tokens:
-                return Recorded(self._tokens[tok])
-            acct = self._accounts.open_account(request_id)
-            return acct.propose(reading, on_empirical, token=tok)
+    def admit_next(self, request_id: int, reading: Callable[[Fraction], Reading[Any]], *,
+                   on_empirical: EmpiricalPolicy = EmpiricalPolicy.FALLBACK,
+                   token: str | None = None) -> Admission:
+        """Build a reading for the allowance due now and admit it, in one step.
 
-        return self._log.commit(build, self._apply_admission)
+        ``reading`` is called with the request's next telescoping allowance
+        under the ledger's lock (and, with a journal, inside the write
+        transaction, after the events of other processes are applied), and
+        what it returns is admitted by the rules of :meth:`admit` and journaled
+        like any admission. No other admission can draw the allowance in
+        between, so ``a = next_allowance(r); admit(r, ...delta=a)`` races where
+        this call does not. ``reading`` runs while the ledger waits: it should
+        only compute the bound at the delta it is given, and must not call the
+        ledger. It may certify below the allowance (the allowance is charged in
+        full), or return a deterministic or empirical reading.
+
+        Args:
+            request_id: an open request.
+            reading: maps the allowance due (an exact ``Fraction``) to the reading
+                to admit, certified at a delta of at most that allowance.
+            on_empirical: what an empirical reading does (see :meth:`admit`).
+            token: idempotency token (see :meth:`admit`); a retry with a
+                recorded token returns the first acknowledgement without
+                calling ``reading``.
+
+        Returns:
+            The acknowledgement, as :meth:`admit` returns it.
+
+        Raises:
+            UnknownRequestError: if the request is not open.
+            BudgetExceededError: if the reading's delta exceeds the allowance it
+                was given.
+            InvalidValueError: if ``reading`` is not callable, returns something
+                other than a :class:`~witcert_calculus.contracts.Reading` or calls
+                the ledger; for a bad policy or token.
+            JournalError: as :meth:`admit`.
+
+            Whatever ``reading`` raises propagates; nothing is then recorded.
+
+        Example:
+            >>> from witcert_calculus.contracts import Reading
+            >>> from witcert_calculus.metrics import AttentionTV, AtConsume
+            >>> from witcert_calculus.tiers import Proof
+            >>> ledger = RiskLedger()
+            >>> r = ledger.open_request(delta_req="1/100")
+            >>> def at(allowance: Fraction) -> Reading[AttentionTV[AtConsume]]:
+            ...     return Reading(AttentionTV[AtConsume], 0.01,
+            ...                    evidence=Proof("WitCert.Meters.tv_eform_sound"),
+            ...                    delta=allowance)
+            >>> [ledger.admit_next(r, at).charged for _ in range(3)]
+            [Fraction(1, 200), Fraction(1, 600), Fraction(1, 1200)]
+        """
+        if not callable(reading):
+            raise InvalidValueError("reading", reading, "must be a callable that maps the "
+                                    "allowance (a Fraction) to a Reading")
+        tok = _token(token)
+        if not isinstance(on_empirical, EmpiricalPolicy):
+            raise InvalidValueError("on_empirical", on_empirical, "must be an EmpiricalPolicy")
+        return self._log.commit(
+            lambda: self._state.admit_next_event(request_id, reading, on_empirical, token=tok),
+            self._state.apply_admission)
 
     def admission(self, token: str) -> Admission | None:
         """The acknowledgement recorded under an idempotency token, or ``None``.
@@ -292,7 +351,7 @@ class RiskLedger:
         tok = _token(token)
         with self._lock:
             self.sync()
-            return None if tok is None else self._tokens.get(tok)
+            return None if tok is None else self._state.recorded(tok)
 
     def admit_entries(self, request_id: int, bounds: npt.ArrayLike, *, threshold: float,
                       metric: type[Metric[Any]], evidence: Evidence,
@@ -328,54 +387,37 @@ class RiskLedger:
         Raises:
             InvalidValueError: for NaN or negative bounds, a bad threshold, bad
                 or repeated slots, or a slot count that does not match.
-            UnknownRequestError, BudgetExceededError, JournalError: as :meth:`admit`.
+            SlotOwnershipError: if another request owns one of ``slots`` (a
+                request writes only its own and free slots); the whole batch is
+                refused, nothing is charged or journaled.
+            UnknownRequestError, BudgetExceededError, AllowanceMovedError,
+            JournalError: as :meth:`admit`.
 
         Lean: ``WitCert.Ledger.entry_fallback_sound`` (with the spend theorems).
         """
         tok = _token(token)
-        info = metric_info(metric)
-        cert_fn = certify_step if whole_step else certify_entries
-        cert = cert_fn(bounds, threshold=threshold, aggregate=aggregate,
-                       saturation=info.saturation)
-        b = np.asarray(bounds, dtype=np.float64)
-        idx: npt.NDArray[np.int64] | None = None
-        if slots is not None:
-            idx = self._slots.validate_slots(slots)
-            if idx.size != cert.n_entries:
-                raise InvalidValueError("slots", f"{idx.size} slots",
-                                        f"must name one slot per entry ({cert.n_entries})")
-        step: Reading[Any] = Reading(metric, cert.step_bound,
-                                     evidence=Composition((evidence,),
-                                                          theorem=ENTRY_FALLBACK_SOUND),
-                                     delta=delta)
-
-        def build() -> AdmitEntries | Recorded[Admission]:
-            if tok is not None and tok in self._tokens:
-                return Recorded(self._tokens[tok])
-            acct = self._accounts.open_account(request_id)
-            charge = acct.propose(step, on_empirical, token=tok)
-            return AdmitEntries.of(charge, cert, slots=idx, bounds=b)
-
-        adm = self._log.commit(build, self._apply_admission)
-        if adm.kind is EventKind.EMPIRICAL_FALLBACK:
-            cert = cert.none_kept()
-        return EntryAdmission(admission=adm, certification=cert,
-                              step=None if adm.kind in (EventKind.EMPIRICAL_FALLBACK,
-                                                        EventKind.EMPIRICAL_DEGRADED) else step)
+        batch = EntryBatch.certify(bounds, threshold=threshold, metric=metric, evidence=evidence,
+                                   delta=delta, aggregate=aggregate, whole_step=whole_step,
+                                   slots=slots, table=self._state.slots)
+        adm = self._log.commit(
+            lambda: self._state.entries_event(request_id, batch, on_empirical, token=tok),
+            self._state.apply_admission)
+        return batch.acknowledge(adm)
 
     def evict(self, request_id: int, slots: npt.ArrayLike) -> None:
         """Return slots to ``UNWRITTEN`` (generation bumped, outstanding grants go stale).
 
+        A request evicts only slots it owns, or free ones.
+
         Raises:
             UnknownRequestError: if the request is not open.
             InvalidValueError: for bad or repeated slots.
+            SlotOwnershipError: if another request owns one of ``slots``; no
+                slot of the batch is evicted and nothing is journaled.
         """
-        idx = self._slots.validate_slots(slots)
-
-        def build() -> Evict:
-            return Evict(self._accounts.open_account(request_id).request_id, idx)
-
-        self._log.commit(build, self._apply_evict)
+        idx = self._state.slots.validate_slots(slots)
+        self._log.commit(lambda: self._state.evict_event(request_id, idx),
+                         self._state.apply_evict)
 
     # ------------------------------------------------------------------ sentinels
 
@@ -390,17 +432,9 @@ class RiskLedger:
         Raises:
             InvalidValueError: for a bad name, delta or kappa, or a name in use.
         """
-        if not isinstance(name, str) or not name or not name.replace("_", "").replace(
-                ".", "").replace("-", "").isalnum():
-            raise InvalidValueError("name", name, "must be a non-empty [A-Za-z0-9_.-] string")
-        proto = EProcess(delta=delta, kappa=kappa)
-
-        def build() -> AddSentinel:
-            if name in self._sentinels:
-                raise InvalidValueError("name", name, "a sentinel of this name exists")
-            return AddSentinel(name, proto.delta, proto.kappa)
-
-        self._log.commit(build, self._apply_sentinel)
+        proto = Sentinels.declare(name, delta=delta, kappa=kappa)
+        self._log.commit(lambda: self._state.sentinel_event(name, proto),
+                         self._state.apply_sentinel)
 
     def observe(self, name: str, w: npt.ArrayLike, *, m: npt.ArrayLike,
                 c: npt.ArrayLike) -> EProcessState:
@@ -410,15 +444,8 @@ class RiskLedger:
             InvalidValueError: for an unknown sentinel or bad observations.
         """
         batch = observation_batch(w, m, c)
-
-        def build() -> Observe:
-            p = self._sentinels.get(name)
-            if p is None:
-                raise InvalidValueError("name", name, "no sentinel of this name")
-            log_factors(*batch, kappa=p.kappa)  # validate before anything is recorded
-            return Observe(name, batch)
-
-        return self._log.commit(build, self._apply_observe)
+        return self._log.commit(lambda: self._state.observe_event(name, batch),
+                                self._state.apply_observe)
 
     def sentinel(self, name: str) -> EProcessState:
         """A sentinel's current state.
@@ -428,16 +455,13 @@ class RiskLedger:
         """
         with self._lock:
             self.sync()
-            p = self._sentinels.get(name)
-            if p is None:
-                raise InvalidValueError("name", name, "no sentinel of this name")
-            return p.state
+            return self._state.sentinels.state(name)
 
     def sentinel_names(self) -> tuple[str, ...]:
         """Names of the sentinels, sorted."""
         with self._lock:
             self.sync()
-            return tuple(sorted(self._sentinels))
+            return self._state.sentinels.names()
 
     # ------------------------------------------------------------------ export
 
@@ -449,73 +473,4 @@ class RiskLedger:
         """Aggregate gauges and counters over all requests (what :meth:`prometheus` exports)."""
         with self._lock:
             self.sync()
-            counts = EventCounts()
-            tiers = {Tier.CERTIFIED: 0, Tier.PARTIALLY_CERTIFIED: 0, Tier.EMPIRICAL: 0}
-            open_n = entries = kept = steps = vac = 0
-            worst = Fraction(0)
-            for a in self._accounts:
-                counts = counts + a.counts
-                entries += a.entries
-                kept += a.entries_kept
-                steps += a.steps
-                vac += a.vacuous_steps
-                if not a.closed:
-                    open_n += 1
-                    tiers[a.tier] += 1
-                    worst = max(worst, a.spent_fraction)
-            own, shared = self._slots.reads
-            return LedgerStats(
-                requests=len(self._accounts), open_requests=open_n, counts=counts,
-                open_by_tier=tuple(sorted(tiers.items(), reverse=True)),
-                entries=entries, entries_kept=kept, steps=steps, vacuous_steps=vac,
-                worst_spent_fraction=worst,
-                slots=tuple(sorted(self._slots.counts().items())), reads_own=own,
-                reads_shared=shared, slot_writes=self._slots.writes, events=self._log.seq,
-                sentinels=tuple((n, self._sentinels[n].state) for n in sorted(self._sentinels)))
-
-    # ------------------------------------------------------------------ apply (live and replay)
-
-    def _apply(self, ev: Event) -> None:
-        match ev:
-            case OpenRequest():
-                self._apply_open(ev)
-            case Admit() | AdmitEntries():
-                self._apply_admission(ev)
-            case CloseRequest():
-                self._apply_close(ev)
-            case Evict():
-                self._apply_evict(ev)
-            case AddSentinel():
-                self._apply_sentinel(ev)
-            case Observe():
-                self._apply_observe(ev)
-
-    def _apply_open(self, ev: OpenRequest) -> int:
-        return self._accounts.add(ev.request_id, ev.budget, where=self._log.where)
-
-    def _apply_admission(self, ev: Admit | AdmitEntries) -> Admission:
-        charge = ev.charge if isinstance(ev, AdmitEntries) else ev
-        where = self._log.where
-        acct = self._accounts.live(charge.request_id, where=where)
-        w = ev.write if isinstance(ev, AdmitEntries) else None
-        write = None if w is None else partial(self._slots.apply_write, self._key,
-                                               acct.request_id, w.slots, w.keep, w.bounds)
-        adm = acct.apply(ev, where=where, before=write)
-        if adm.token is not None:
-            self._tokens[adm.token] = adm
-        return adm
-
-    def _apply_close(self, ev: CloseRequest) -> Verdict:
-        return self._accounts.live(ev.request_id, where=self._log.where).close()
-
-    def _apply_evict(self, ev: Evict) -> None:
-        self._accounts.live(ev.request_id, where=self._log.where)
-        self._slots.apply_evict(self._key, ev.slots)
-
-    def _apply_sentinel(self, ev: AddSentinel) -> None:
-        self._sentinels[ev.name] = EProcess(delta=ev.delta, kappa=ev.kappa)
-
-    def _apply_observe(self, ev: Observe) -> EProcessState:
-        proc = self._sentinels[ev.name]
-        proc.observe_many(ev.values[0], m=ev.values[1], c=ev.values[2])
-        return proc.state
+            return self._state.stats(events=self._log.seq)

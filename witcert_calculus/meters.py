@@ -4,9 +4,10 @@ The meters are spread over modules named after what they hold; each function is
 reached from the package face (``from witcert_calculus import tv_meter``):
 
 - :mod:`witcert_calculus.witness`: band witnesses of key residuals and the per-token
-  logit bound ``c_t >= |eps_t|`` (Tier A, deterministic).
+  logit bound ``c_t >= |eps_t|`` (Tier A, deterministic), an established ``LogitBound``.
 - :mod:`witcert_calculus.tv_forms`: the TV forms (e-form, two-sided, retention, the
-  meter, ``tanh(max c)``) from per-token logit bounds.
+  meter, ``tanh(max c)``) from per-token logit bounds: CERTIFIED from a ``LogitBound``,
+  PARTIALLY_CERTIFIED from the caller's own array (an assumption).
 - :mod:`witcert_calculus.output_bound`: from a TV bound to the attention output's error.
 - :mod:`witcert_calculus.page_in`: which blocks to page in to meet a target.
 - :mod:`witcert_calculus.dither`: Tier B, the subtractively dithered INT8 key store and its

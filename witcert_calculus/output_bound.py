@@ -7,16 +7,23 @@ With ``rho_t >= ||v_t - v_hat_t||`` the value reconstruction error of token ``t`
 ``AttentionOutputL2``, both at the consumption site. The float sum is rounded outward
 by the rule of :mod:`witcert_calculus.rounding`.
 
+``value_norm_max`` and ``rho`` are the caller's numbers about values this module never
+sees: the contract carries them as the assumptions :data:`VALUE_NORM_ASSUMPTION` and
+:data:`RHO_ASSUMPTION`, so it is at most PARTIALLY_CERTIFIED; that ``p_tilde`` is a
+probability vector and the numbers are nonnegative is computed.
+
 Main declarations:
 
 - :func:`output_error_contract`: the contract.
 - :func:`output_error_bound`: the bound for one TV bound.
+- :data:`VALUE_NORM_ASSUMPTION`, :data:`RHO_ASSUMPTION`: what the contract assumes.
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Final
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -26,10 +33,21 @@ from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, AttentionTV
 from witcert_calculus.rounding import outward, sum_margin
 from witcert_calculus.theorems import OUTPUT_ERROR_BOUND_VECTOR_SOUND
-from witcert_calculus.tiers import Premise, Proof
-from witcert_calculus.validation import F64, distribution, nonneg_array, real
+from witcert_calculus.tiers import Assumption, Premise, Proof, Restricted
+from witcert_calculus.validation import F64, distribution, is_distribution, nonneg_array, real
 
-__all__ = ["output_error_bound", "output_error_contract"]
+__all__ = ["RHO_ASSUMPTION", "VALUE_NORM_ASSUMPTION", "output_error_bound",
+           "output_error_contract"]
+
+#: ``value_norm_max`` bounds the exact values: the caller's number.
+VALUE_NORM_ASSUMPTION: Final = Assumption(
+    "value_norm_max >= max_t ||v_t|| (the caller's number)",
+    reason="the exact values v_t are not passed to the bound")
+
+#: ``rho`` bounds the value reconstruction errors: the caller's array.
+RHO_ASSUMPTION: Final = Assumption(
+    "rho_t >= ||v_t - v_hat_t|| for every token t (the caller's array)",
+    reason="the exact values v_t are not passed to the bound")
 
 
 def _sum_upper(p: F64, r: F64) -> float:
@@ -53,7 +71,8 @@ def output_error_contract(*, value_norm_max: float, p_tilde: ArrayLike, rho: Arr
         rho: value reconstruction errors ``rho_t >= ||v_t - v_hat_t||``, shape ``(S,)``.
 
     Returns:
-        The contract; ``b`` is rounded outward from the float sum.
+        The contract; ``b`` is rounded outward from the float sum. Its evidence is restricted
+        by :data:`VALUE_NORM_ASSUMPTION` and :data:`RHO_ASSUMPTION` (PARTIALLY_CERTIFIED).
 
     Raises:
         InvalidValueError: on NaN or negative inputs, or mismatched shapes.
@@ -61,8 +80,8 @@ def output_error_contract(*, value_norm_max: float, p_tilde: ArrayLike, rho: Arr
     Example:
         >>> k = output_error_contract(value_norm_max=2.0, p_tilde=np.array([0.5, 0.5]),
         ...                           rho=np.array([0.0, 0.2]))
-        >>> (float(k.a), round(float(k.b), 12))
-        (4.0, 0.1)
+        >>> (float(k.a), round(float(k.b), 12), k.tier.name)
+        (4.0, 0.1, 'PARTIALLY_CERTIFIED')
     """
     vmax = real("value_norm_max", value_norm_max, lo=0.0)
     p = distribution("p_tilde", p_tilde)
@@ -71,10 +90,11 @@ def output_error_contract(*, value_norm_max: float, p_tilde: ArrayLike, rho: Arr
         raise InvalidValueError("rho", f"array of shape {r.shape}",
                                 f"must have the shape of p_tilde {p.shape}")
     b = _sum_upper(p, r)
-    evidence = Proof(OUTPUT_ERROR_BOUND_VECTOR_SOUND, (
-        Premise("value_norm_max >= max_t ||v_t||", True),
-        Premise("rho_t >= ||v_t - v_hat_t||", True),
-        Premise("p_tilde is a probability vector", True)))
+    evidence = Restricted(Proof(OUTPUT_ERROR_BOUND_VECTOR_SOUND, (
+        Premise("value_norm_max >= 0", vmax >= 0),
+        Premise("rho_t >= 0 for every token t", bool((r >= 0).all())),
+        Premise("p_tilde is a probability vector (renormalized)", is_distribution(p)))),
+        assumptions=(VALUE_NORM_ASSUMPTION, RHO_ASSUMPTION))
     return Contract(AttentionTV[AtConsume], AttentionOutputL2[AtConsume],
                     a=2 * Fraction(vmax), b=b, evidence=evidence, name="output_error")
 

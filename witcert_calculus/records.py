@@ -9,21 +9,22 @@ Main declarations:
 - :class:`EventCounts`: admissions counted by :class:`EventKind`, plus saturated certificates.
 - :class:`Admission`, :class:`EntryAdmission`: acknowledgements of one admission.
 - :class:`Verdict`: a request's verdict.
-- :class:`LedgerStats`: aggregates over a whole ledger (what the Prometheus export shows).
+- :class:`LedgerStats`: aggregates over a whole ledger (what the Prometheus export shows),
+  built from the accounts by :meth:`LedgerStats.of`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, final
+from typing import Any, Protocol, final
 
 from witcert_calculus.contracts import Reading
 from witcert_calculus.entries import EntryCertification
 from witcert_calculus.eprocess import EProcessState
-from witcert_calculus.slots import SlotState
+from witcert_calculus.slots import SlotState, SlotTable
 from witcert_calculus.tiers import Tier
 
 __all__ = [
@@ -219,6 +220,26 @@ class Verdict:
         return self.delta_req - self.spent
 
 
+class _Tallied(Protocol):
+    # What LedgerStats.of reads of an account (witcert_calculus.account.Account).
+    @property
+    def counts(self) -> EventCounts: ...
+    @property
+    def entries(self) -> int: ...
+    @property
+    def entries_kept(self) -> int: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def vacuous_steps(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def tier(self) -> Tier: ...
+    @property
+    def spent_fraction(self) -> Fraction: ...
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class LedgerStats:
@@ -257,3 +278,56 @@ class LedgerStats:
     slot_writes: int
     events: int
     sentinels: tuple[tuple[str, EProcessState], ...]
+
+    @classmethod
+    def of(cls, accounts: Iterable[_Tallied], *, slots: SlotTable, events: int,
+           sentinels: tuple[tuple[str, EProcessState], ...]) -> LedgerStats:
+        """Aggregate a ledger's accounts, next to its slot table, event count and sentinels.
+
+        Args:
+            accounts: every account ever opened (open or closed).
+            slots: the ledger's slot table (its counts by state, reads and writes).
+            events: events applied.
+            sentinels: ``(name, state)`` of each drift sentinel.
+
+        Returns:
+            The aggregates; the tiers and the spend fraction count open requests only.
+
+        Example:
+            >>> import threading
+            >>> from witcert_calculus.account import Accounts
+            >>> from witcert_calculus.budget import Probability
+            >>> class Directory:
+            ...     def require_known(self, request_id: int) -> None: ...
+            ...     def sync(self) -> None: ...
+            >>> table = SlotTable(2, directory=Directory(), lock=threading.RLock(), key=object())
+            >>> book = Accounts()
+            >>> book.add(1, Probability.budget("1/10"), where="<memory>")
+            1
+            >>> s = LedgerStats.of(book, slots=table, events=1, sentinels=())
+            >>> s.requests, s.open_requests, s.open_by_tier[0], s.slots[0]
+            (1, 1, (<Tier.CERTIFIED: 3>, 1), (<SlotState.UNWRITTEN: 0>, 2))
+        """
+        counts = EventCounts()
+        tiers = {Tier.CERTIFIED: 0, Tier.PARTIALLY_CERTIFIED: 0, Tier.EMPIRICAL: 0}
+        requests = open_n = entries = kept = steps = vac = 0
+        worst = Fraction(0)
+        for a in accounts:
+            requests += 1
+            counts = counts + a.counts
+            entries += a.entries
+            kept += a.entries_kept
+            steps += a.steps
+            vac += a.vacuous_steps
+            if not a.closed:
+                open_n += 1
+                tiers[a.tier] += 1
+                worst = max(worst, a.spent_fraction)
+        own, shared = slots.reads
+        return cls(
+            requests=requests, open_requests=open_n, counts=counts,
+            open_by_tier=tuple(sorted(tiers.items(), reverse=True)),
+            entries=entries, entries_kept=kept, steps=steps, vacuous_steps=vac,
+            worst_spent_fraction=worst,
+            slots=tuple(sorted(slots.counts().items())), reads_own=own,
+            reads_shared=shared, slot_writes=slots.writes, events=events, sentinels=sentinels)

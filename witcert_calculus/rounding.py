@@ -33,10 +33,11 @@ computed by the same functions, so that both are outward and agree to a few ulps
 Main declarations:
 
 - :func:`outward`: the rule on float64 arrays (the torch package has its twin).
+- :func:`add_up`: the sum of two bounds, rounded upward (sums of per-token logit bounds).
 - :class:`Margin`: a ``(gamma, alpha)`` pair.
 - margins: :func:`band_norm_margin`, :func:`logit_margin`, :func:`tv_margin`,
   :func:`tanh_margin`, :func:`variance_margin`, :func:`radius_margin`, :func:`grid_mean_margin`,
-  :func:`cast_margin`, :func:`sum_margin`.
+  :func:`cast_margin`, :func:`sum_margin`, :func:`dot_margin`.
 - constants: :data:`TINY`, :data:`SQRT_TINY`, :data:`SUM_SLACK`, :data:`F16_MAX`.
 """
 
@@ -95,6 +96,27 @@ def outward(value: F64, *, gamma: F64 | float, alpha: F64 | float,
     if exact is not None:
         keep = keep | exact
     out: F64 = np.where(keep, value, up)
+    return out
+
+
+def add_up(a: F64, b: F64) -> F64:
+    """``a + b`` rounded upward: never below the exact sum of two float64 bounds.
+
+    The rounding error of the float sum is recovered exactly (Knuth's TwoSum); where the
+    float sum fell below the exact one it moves one step toward ``+inf``. Exact sums (a 0
+    term, most small integers) and non-finite ones are kept as they are. Unlike a margin
+    in ``gamma``, this stays sound however many bounds are added in turn.
+
+    Example:
+        >>> [float(v) for v in add_up(np.array([1.0, 0.5]), np.array([2.0**-60, 0.25]))]
+        [1.0000000000000002, 0.75]
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = a + b
+        bv = s - a
+        err = (a - (s - bv)) + (b - bv)
+        up = np.nextafter(s, np.inf)
+    out: F64 = np.where(np.isfinite(s) & (err > 0), up, s)
     return out
 
 
@@ -218,6 +240,20 @@ def cast_margin() -> Margin:
         True
     """
     return Margin((2 + SUM_SLACK) * UNIT_ROUNDOFF, TINY)
+
+
+def dot_margin(terms: int) -> Margin:
+    """Margin of a float64 sum of ``terms`` nonnegative products in any order (no ``fsum``).
+
+    Each product is rounded once and the recursive sum of ``n`` terms has relative error at
+    most ``(n - 1) u`` to first order: ``(terms + 1) u``, with ``u`` to spare; each
+    subnormal product loses at most ``2^-1075``.
+
+    Example:
+        >>> dot_margin(3).gamma == 4 * 2.0**-53
+        True
+    """
+    return Margin((terms + 1) * UNIT_ROUNDOFF, terms * TINY)
 
 
 def sum_margin(terms: int) -> Margin:

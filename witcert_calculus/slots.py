@@ -9,7 +9,14 @@ Every slot of the pool is in exactly one explicit state:
   exact by choice).
 
 Each slot records its owning request id (the request that wrote it) and a
-generation counter that is bumped on every rewrite or eviction. A reader first
+generation counter that is bumped on every rewrite or eviction. Only its owner
+may rewrite or evict a written slot; any request may write or evict a free
+(``UNWRITTEN``) one, and closing a request frees the slots it owns. A batch
+that names a slot another request owns raises
+:class:`~witcert_calculus.errors.SlotOwnershipError` and changes nothing: the
+ledger refuses it before it is journaled, and the table checks again before it
+applies a write or an eviction (so a journal that breaks the rule does not
+replay). A reader first
 obtains a :class:`ReadGrant` (which names the reader and the generation it was
 authorized at) and then reads with it. Reading an ``UNWRITTEN`` slot, a slot
 whose generation moved on since the grant (stale), or reading as a request id
@@ -32,12 +39,17 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass
-from typing import Protocol, final
+from typing import Literal, Protocol, final
 
 import numpy as np
 import numpy.typing as npt
 
-from witcert_calculus.errors import InvalidValueError, StaleReadError, UnwrittenSlotError
+from witcert_calculus.errors import (
+    InvalidValueError,
+    SlotOwnershipError,
+    StaleReadError,
+    UnwrittenSlotError,
+)
 from witcert_calculus.validation import integer, nonneg_int
 
 __all__ = [
@@ -245,6 +257,17 @@ class SlotTable:
             return SlotRead(slot=s, reader=grant.reader, owner=owner, generation=gen,
                             state=SlotState(state), bound=float(self._bound[s]), shared=shared)
 
+    def owned_by(self, request_id: int) -> IntArray:
+        """The slots ``request_id`` owns (wrote and has not evicted), ascending.
+
+        Raises:
+            InvalidValueError: if ``request_id`` is not an int.
+        """
+        rid = integer("request_id", request_id)
+        with self._lock:
+            self._dir.sync()
+            return self.holdings(rid)
+
     def counts(self) -> dict[SlotState, int]:
         """Number of slots in each state."""
         with self._lock:
@@ -287,6 +310,54 @@ class SlotTable:
             raise InvalidValueError("slots", slots, "must not repeat a slot within one write")
         return idx
 
+    def holdings(self, owner: int) -> IntArray:
+        """The slots ``owner`` owns as this table has applied them (no journal sync).
+
+        The ledger calls it under its lock while it builds or applies an event;
+        :meth:`owned_by` is the synced query.
+
+        Raises:
+            InvalidValueError: if ``owner`` is not an int.
+        """
+        rid = integer("owner", owner)
+        with self._lock:
+            return np.flatnonzero(self._owner == rid).astype(np.int64)
+
+    def check_writable(self, request_id: int, slots: npt.ArrayLike,
+                       action: Literal["write", "evict"]) -> None:
+        """Raise unless every slot is free or owned by ``request_id`` (no journal sync).
+
+        The ledger checks a batch with it under its lock, against the newest
+        state, before the batch is journaled; :meth:`apply_write` and
+        :meth:`apply_evict` check again before they change anything.
+
+        Args:
+            request_id: the request that writes or evicts.
+            slots: the batch (checked as by :meth:`validate_slots`).
+            action: ``"write"`` or ``"evict"``, for the message.
+
+        Raises:
+            SlotOwnershipError: naming the first slot of the batch that another
+                request owns, its owner and generation, and how many such slots
+                the batch names.
+            InvalidValueError: for a bad request id, batch or action.
+        """
+        rid = integer("request_id", request_id)
+        if action not in ("write", "evict"):
+            raise InvalidValueError("action", action, "must be 'write' or 'evict'")
+        self._check_owners(rid, self.validate_slots(slots), action)
+
+    def _check_owners(self, request_id: int, slots: IntArray,
+                      action: Literal["write", "evict"]) -> None:
+        with self._lock:
+            owners = self._owner[slots]
+            foreign = (owners >= 0) & (owners != request_id)
+            if foreign.any():
+                first = int(np.argmax(foreign))
+                s = int(slots[first])
+                raise SlotOwnershipError(request_id, action, s, int(owners[first]),
+                                         int(self._gen[s]), int(np.count_nonzero(foreign)))
+
     def _guard(self, key: object) -> None:
         if key is not self._key:
             raise InvalidValueError("key", key, "slot state changes only through its ledger")
@@ -301,21 +372,27 @@ class SlotTable:
 
         Raises:
             InvalidValueError: if ``key`` is not the ledger's capability.
+            SlotOwnershipError: if another request owns one of the slots
+                (nothing is changed).
         """
         self._guard(key)
+        self._check_owners(writer, slots, "write")
         self._gen[slots] += 1
         self._owner[slots] = writer
         self._state[slots] = np.where(keep, SlotState.MASKED, SlotState.KEPT_EXACT)
         self._bound[slots] = np.where(keep, bounds, 0.0)
         self._writes += int(slots.size)
 
-    def apply_evict(self, key: object, slots: IntArray) -> None:
+    def apply_evict(self, key: object, evictor: int, slots: IntArray) -> None:
         """Return slots to ``UNWRITTEN`` and bump their generations (ledger only).
 
         Raises:
             InvalidValueError: if ``key`` is not the ledger's capability.
+            SlotOwnershipError: if a request other than ``evictor`` owns one of
+                the slots (nothing is changed).
         """
         self._guard(key)
+        self._check_owners(evictor, slots, "evict")
         self._gen[slots] += 1
         self._owner[slots] = -1
         self._state[slots] = SlotState.UNWRITTEN

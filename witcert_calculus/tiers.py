@@ -6,8 +6,8 @@ computed by :func:`decide_tier` from the evidence attached to the object:
 - a :class:`Proof` (a Lean theorem name) whose premises hold, on an unrestricted
   domain, gives ``CERTIFIED``;
 - a :class:`Restricted` proof, which holds only on a stated decidable subset (a
-  domain restriction, rows whose margin exceeds 2*eps, ...), gives
-  ``PARTIALLY_CERTIFIED``;
+  domain restriction, rows whose margin exceeds 2*eps, ...) or only where stated
+  :class:`Assumption` s hold, gives ``PARTIALLY_CERTIFIED``;
 - a :class:`Measurement` gives ``EMPIRICAL``;
 - a :class:`Composition` gives the weakest tier of its parts (and at most
   ``PARTIALLY_CERTIFIED`` when composition restricted the domain);
@@ -18,12 +18,20 @@ Order: ``CERTIFIED > PARTIALLY_CERTIFIED > EMPIRICAL > SATURATED``; composition
 keeps the weakest (:func:`weakest`, the lattice meet; Lean:
 ``WitCert.Tier.weakest_comm`` and its companions).
 
+Premises and assumptions. A :class:`Premise` is a statement with the truth value the
+code computed for it from the arguments (or a provenance check on a value that only its
+establishing function can produce); a proof on a false premise is refused. What no code
+can check where the bound is issued (the caller's own array claimed to bound the logit
+error, uniform random bits, non-adaptive queries) is an :class:`Assumption`: it is
+carried only by a :class:`Restricted`, so evidence with any assumption is at most
+``PARTIALLY_CERTIFIED`` by the one rule above, and :func:`assumptions_of` lists them.
+
 Main declarations:
 
 - :class:`Tier`, :func:`weakest`
-- :class:`Premise`, :class:`Proof`, :class:`Restricted`, :class:`Measurement`,
-  :class:`Composition`, ``Evidence``
-- :func:`decide_tier`
+- :class:`Premise`, :class:`Assumption`, :class:`Proof`, :class:`Restricted`,
+  :class:`Measurement`, :class:`Composition`, ``Evidence``
+- :func:`decide_tier`, :func:`assumptions_of`
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from witcert_calculus.theorems import (
 from witcert_calculus.validation import positive_int
 
 __all__ = [
+    "Assumption",
     "Composition",
     "Evidence",
     "Measurement",
@@ -54,6 +63,7 @@ __all__ = [
     "Proof",
     "Restricted",
     "Tier",
+    "assumptions_of",
     "decide_tier",
     "weakest",
 ]
@@ -107,11 +117,55 @@ class Premise:
 
     Attributes:
         statement: the premise, e.g. ``"a2 >= 0"``.
-        holds: whether it was checked to hold for these arguments.
+        holds: whether it was checked to hold for these arguments: a ``bool`` computed
+            by code (a check's result, or a provenance check on an established value).
+
+    Raises:
+        InvalidValueError: on an empty statement or a truth value that is not a ``bool``.
     """
 
     statement: str
     holds: bool
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.statement, str) or not self.statement.strip():
+            raise InvalidValueError("statement", self.statement, "must state the premise")
+        if not isinstance(self.holds, bool):
+            raise InvalidValueError("holds", self.holds,
+                                    "must be a bool computed from the arguments")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Assumption:
+    """A premise that no code can check where the bound is issued, stated as such.
+
+    Carried by a :class:`Restricted` (``Restricted(proof, assumptions=(...,))``), it caps
+    the tier at ``PARTIALLY_CERTIFIED``; readings and contracts list it
+    (``Reading.assumptions``, ``Contract.explain()``).
+
+    Attributes:
+        statement: what is assumed, e.g. ``"queries are chosen independently of the
+            dither stream"``.
+        reason: why it cannot be checked here, e.g. ``"no code sees how q was chosen"``.
+
+    Raises:
+        InvalidValueError: on an empty statement or reason.
+
+    Example:
+        >>> a = Assumption("rho_t >= ||v_t - v_hat_t||", reason="the exact values are not passed")
+        >>> decide_tier(Restricted(Proof("WitCert.Contract.comp_sound"), assumptions=(a,))).name
+        'PARTIALLY_CERTIFIED'
+    """
+
+    statement: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        for name in ("statement", "reason"):
+            text = getattr(self, name)
+            if not isinstance(text, str) or not text.strip():
+                raise InvalidValueError(name, text, "must be a non-empty text")
 
 
 @final
@@ -140,6 +194,10 @@ class Proof:
             raise InvalidValueError("theorem", self.theorem, "must be a qualified Lean name")
         lookup(self.theorem)
         for p in self.premises:
+            if not isinstance(p, Premise):
+                kind = "an Assumption is not a premise: carry it in Restricted(proof, " \
+                    "assumptions=...)" if isinstance(p, Assumption) else "must be a Premise"
+                raise InvalidValueError("premises", p, kind)
             if not p.holds:
                 raise PremiseError(self.theorem, p.statement, False)
 
@@ -147,20 +205,37 @@ class Proof:
 @final
 @dataclass(frozen=True, slots=True)
 class Restricted:
-    """A proof that holds only on a stated, decidable subset of inputs.
+    """A proof that holds only on a stated subset of inputs, or only under assumptions.
 
     Attributes:
         proof: the underlying proof.
         subset: the subset, stated so that a reader can decide membership,
-            e.g. ``"e_in <= 0.25"`` or ``"rows with margin > 2*eps"``.
+            e.g. ``"e_in <= 0.25"`` or ``"rows with margin > 2*eps"``; when empty, it is
+            stated by the assumptions (the inputs on which they hold).
+        assumptions: what the proof further assumes and no code checks here.
+
+    Raises:
+        InvalidValueError: when neither a subset nor an assumption is stated, or an
+            assumption is not an :class:`Assumption`.
     """
 
     proof: Proof
-    subset: str
+    subset: str = ""
+    assumptions: tuple[Assumption, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.subset.strip():
+        if not isinstance(self.assumptions, tuple) or not all(
+                isinstance(a, Assumption) for a in self.assumptions):
+            raise InvalidValueError("assumptions", self.assumptions,
+                                    "must be a tuple of Assumption")
+        if not isinstance(self.subset, str):
             raise InvalidValueError("subset", self.subset, "must state the subset")
+        if not self.subset.strip():
+            if not self.assumptions:
+                raise InvalidValueError("subset", self.subset,
+                                        "must state the subset (or the assumptions)")
+            object.__setattr__(self, "subset", "inputs on which these assumptions hold: "
+                               + "; ".join(a.statement for a in self.assumptions))
 
 
 @final
@@ -254,6 +329,28 @@ def _intrinsic(evidence: Evidence) -> Tier:
         return tier
     raise InvalidValueError("evidence", evidence,
                             "must be Proof, Restricted, Measurement or Composition")
+
+
+def assumptions_of(evidence: Evidence) -> tuple[Assumption, ...]:
+    """Every assumption a piece of evidence rests on, in order, without repeats.
+
+    Example:
+        >>> a = Assumption("queries are non-adaptive", reason="no code sees how q was chosen")
+        >>> p = Proof("WitCert.Contract.comp_sound")
+        >>> [x.statement for x in assumptions_of(Composition((p, Restricted(p, assumptions=(a,)))))]
+        ['queries are non-adaptive']
+    """
+    out: list[Assumption] = []
+
+    def walk(e: Evidence) -> None:
+        if isinstance(e, Restricted):
+            out.extend(e.assumptions)
+        elif isinstance(e, Composition):
+            for p in e.parts:
+                walk(p)
+
+    walk(evidence)
+    return tuple(dict.fromkeys(out))
 
 
 def theorems_of(evidence: Evidence) -> tuple[str, ...]:

@@ -25,24 +25,35 @@ with ``raw = inf``; ``c`` is never truncated. Each form is rounded outward by th
 The torch version (``witcert_kernels.meter.tv_bounds_batch``) evaluates the same
 expressions and returns the same :class:`TVBatch` type.
 
+Premises. ``c`` is either a :class:`~witcert_calculus.witness.LogitBound` (from
+:func:`witcert_calculus.witness.logit_bound`, the Tier-B
+:func:`witcert_calculus.dither.tier_b_logit_bound`, or their torch twins), whose premise
+``c_t >= |eps_t|`` holds by construction (on its event, with its assumptions, for Tier B), or
+a plain array of the caller's, whose premise is the assumption
+:data:`~witcert_calculus.witness.CALLER_LOGIT_BOUND` (the reading is then at most
+PARTIALLY_CERTIFIED). That ``p_tilde`` is a probability vector is computed. What each call
+rests on is kept in a :class:`TVBasis`, which builds the evidence of a reading.
+
 Main declarations:
 
 - :class:`TVBound`: one query's bound (raw and reported) with its theorem.
 - :class:`TVBatch`: every form for a batch of queries (numpy arrays or torch tensors).
+- :class:`TVBasis`: what the bounds of one call rest on; :meth:`TVBasis.evidence`.
 - :func:`tv_eform`, :func:`tv_two_sided`, :func:`tv_retention`, :func:`tv_meter`,
   :func:`tv_tanh_max`, :func:`tv_bounds_batch`
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Generic, TypeVar, final
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Generic, TypeVar, final
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from witcert_calculus.contracts import Reading
-from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.errors import ForgedBoundError, InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.rounding import outward, tanh_margin, tv_margin
 from witcert_calculus.theorems import (
@@ -51,10 +62,24 @@ from witcert_calculus.theorems import (
     TV_RETENTION_SOUND,
     TV_TWO_SIDED_SOUND,
 )
-from witcert_calculus.tiers import Premise, Proof
-from witcert_calculus.validation import F64, nonneg_array, weights_and_bounds
+from witcert_calculus.tiers import (
+    Assumption,
+    Composition,
+    Evidence,
+    Measurement,
+    Premise,
+    Proof,
+    Restricted,
+    Tier,
+    assumptions_of,
+    decide_tier,
+    theorems_of,
+)
+from witcert_calculus.validation import F64, is_distribution, nonneg_array, weights_and_bounds
+from witcert_calculus.witness import CALLER_LOGIT_BOUND, ESTABLISHERS, LogitBound, is_established
 
 __all__ = [
+    "TVBasis",
     "TVBatch",
     "TVBound",
     "tv_bounds_batch",
@@ -66,8 +91,6 @@ __all__ = [
 ]
 
 ArrayT = TypeVar("ArrayT")
-
-_PREMISE_C = "c_t >= |eps_t| for every token t (per-token logit error bound)"
 
 
 # --------------------------------------------------------------------------- log domain
@@ -168,6 +191,140 @@ def _tanh_max(c: F64) -> F64:
     return outward(t, gamma=margin.gamma, alpha=margin.alpha, exact=(t == 0) | (t >= 1.0))
 
 
+# --------------------------------------------------------------------------- basis
+
+@final
+@dataclass(frozen=True, slots=True, eq=False)
+class TVBasis:
+    """What the TV bounds of one call rest on, fixed when they were issued.
+
+    Built by the TV functions (numpy and torch) from their arguments; it turns into the
+    evidence of a reading with :meth:`evidence`.
+
+    Attributes:
+        checks: the premises computed from the arguments, as ``(statement, truth)`` pairs,
+            the logit bound's premise first. A truth is a ``bool``, or a 0-d boolean torch
+            tensor when the torch version ran with ``check=False`` (it is read, once, when
+            the evidence is built, so the hot loop never waits on the device).
+        logit: the evidence of the :class:`~witcert_calculus.witness.LogitBound` ``c`` was,
+            or ``None`` when ``c`` was the caller's own array (then its premise is the
+            assumption :data:`~witcert_calculus.witness.CALLER_LOGIT_BOUND`).
+        delta: the failure probability of ``c`` (0 for Tier A; for Tier B, per query row).
+    """
+
+    checks: tuple[tuple[str, object], ...]
+    logit: Evidence | None
+    delta: Fraction
+
+    @property
+    def assumptions(self) -> tuple[Assumption, ...]:
+        """What the bounds assume and no code checks (none for a Tier-A ``LogitBound``)."""
+        if self.logit is None:
+            return (CALLER_LOGIT_BOUND,)
+        return assumptions_of(self.logit)
+
+    def evidence(self, theorem: str, *more: str) -> Evidence:
+        """The evidence of a reading of these bounds, citing the form's theorem(s).
+
+        One theorem for a single form (``TV_EFORM_SOUND``, ...); several for a minimum of
+        sound forms (the meter ``min(e-form, two-sided)`` over many cells cites both).
+
+        Returns:
+            For a Tier-A ``LogitBound``: a :class:`~witcert_calculus.tiers.Proof` (a
+            :class:`~witcert_calculus.tiers.Composition` of one per theorem) whose premises
+            are :attr:`checks`: CERTIFIED below saturation. For a Tier-B (or otherwise
+            restricted) one: its evidence composed with those proofs, restricted to its
+            subset. For the caller's array: each proof restricted by
+            :data:`~witcert_calculus.witness.CALLER_LOGIT_BOUND`.
+
+        Raises:
+            PremiseError: if a computed check does not hold (e.g. an unchecked ``p_tilde``
+                that was not a probability vector).
+            UnknownTheoremError: if a theorem is not exported.
+
+        Example:
+            >>> b = tv_eform(np.array([0.5, 0.5]), np.array([0.1, 0.1]))
+            >>> [a.statement[:14] for a in b.basis.assumptions]
+            ['c_t >= |eps_t|']
+        """
+        premises = tuple(Premise(statement, bool(truth)) for statement, truth in self.checks)
+        proofs = tuple(Proof(t, premises) for t in (theorem, *more))
+        parts: tuple[Proof | Restricted | Composition, ...]
+        restriction: str | None = None
+        if self.logit is None:
+            parts = tuple(Restricted(p, assumptions=(CALLER_LOGIT_BOUND,)) for p in proofs)
+        elif self.delta == 0 and decide_tier(self.logit) is Tier.CERTIFIED:
+            parts = proofs
+        else:
+            parts = (*_flat(self.logit), *proofs)
+            restriction = "; ".join(_subsets(self.logit)) or None
+        if len(parts) == 1:
+            return parts[0]
+        return Composition(parts, theorem=theorem, restriction=restriction)
+
+
+def _flat(e: Evidence) -> tuple[Proof | Restricted | Composition, ...]:
+    """The parts of a composition that cites nothing beyond them, else the evidence itself."""
+    items = e.parts if isinstance(e, Composition) and e.restriction is None and \
+        e.theorem in {t for part in e.parts for t in theorems_of(part)} else (e,)
+    out: list[Proof | Restricted | Composition] = []
+    for part in items:
+        if isinstance(part, Measurement):
+            raise InvalidValueError("evidence", part, "a logit bound is proved, never measured")
+        out.append(part)
+    return tuple(out)
+
+
+def _subsets(e: Evidence) -> tuple[str, ...]:
+    """The subsets of every restricted proof inside ``e``, in order, without repeats."""
+    out: list[str] = []
+
+    def walk(x: Evidence) -> None:
+        if isinstance(x, Restricted):
+            out.append(x.subset)
+        elif isinstance(x, Composition):
+            for p in x.parts:
+                walk(p)
+
+    walk(e)
+    return tuple(dict.fromkeys(out))
+
+
+def _basis(c: object, checks: tuple[tuple[str, object], ...]) -> TVBasis:
+    """The basis of bounds computed from ``c`` (a LogitBound or the caller's array)."""
+    if not isinstance(c, LogitBound):
+        return TVBasis(checks=checks, logit=None, delta=Fraction(0))
+    bound: LogitBound[Any] = c  # pyright: ignore[reportUnknownVariableType]
+    established = is_established(bound)
+    if not established:
+        raise ForgedBoundError("LogitBound", ESTABLISHERS)
+    event = "" if bound.delta == 0 else \
+        f" except with probability {float(bound.delta)!r} per query row"
+    premise = (f"c_t >= |eps_t| for every token t{event}: by construction, a LogitBound "
+               f"established by {bound.source} ({', '.join(theorems_of(bound.evidence))})",
+               established)
+    return TVBasis(checks=(premise, *bound.checks, *checks), logit=bound.evidence,
+                   delta=bound.delta)
+
+
+def _values(c: LogitBound[Any] | ArrayLike) -> ArrayLike:
+    if isinstance(c, LogitBound):
+        if not is_established(c):
+            raise ForgedBoundError("LogitBound", ESTABLISHERS)
+        bound: LogitBound[Any] = c  # pyright: ignore[reportUnknownVariableType]
+        return np.asarray(bound.values, dtype=np.float64)
+    return c
+
+
+def _checks(p: F64 | None, c: F64) -> tuple[tuple[str, object], ...]:
+    out: list[tuple[str, object]] = []
+    if p is not None:
+        out.append(("p_tilde is a probability vector (finite, nonnegative, summing to 1 "
+                    "within 1e-6; renormalized)", is_distribution(p)))
+    out.append(("c_t >= 0 for every token t (inf allowed)", bool((c >= 0).all())))
+    return tuple(out)
+
+
 # --------------------------------------------------------------------------- values
 
 @final
@@ -180,34 +337,48 @@ class TVBound:
         value: the reported bound ``min(1, raw)``.
         theorem: the Lean theorem that proves it.
         form: which formula produced it (``"eform"``, ``"two_sided"``, ...).
+        basis: what it rests on (how ``c`` was obtained, the checks on the arguments).
     """
 
     raw: float
     value: float
     theorem: str
     form: str
+    basis: TVBasis = field(compare=False, repr=False)
 
     @property
     def saturated(self) -> bool:
         """True when the bound says nothing (``raw >= 1``)."""
         return self.raw >= 1.0
 
+    @property
+    def assumptions(self) -> tuple[Assumption, ...]:
+        """What the bound assumes and no code checks (see :attr:`TVBasis.assumptions`)."""
+        return self.basis.assumptions
+
     def reading(self) -> Reading[AttentionTV[AtConsume]]:
         """This bound as a typed reading of ``AttentionTV[AtConsume]``.
 
-        The tier is decided by the machine: CERTIFIED below 1, SATURATED otherwise.
+        The tier is decided by the machine from :attr:`basis`: SATURATED at or above 1;
+        below, CERTIFIED for a Tier-A :class:`~witcert_calculus.witness.LogitBound`,
+        PARTIALLY_CERTIFIED for a Tier-B one (``delta`` carried) or the caller's array.
 
         Example:
-            >>> tv_eform(np.array([0.5, 0.5]), np.array([0.01, 0.02])).reading().tier.name
+            >>> from witcert_calculus.witness import RopeLayout, logit_bound
+            >>> p = np.array([0.5, 0.5])
+            >>> tv_eform(p, np.array([0.01, 0.02])).reading().tier.name
+            'PARTIALLY_CERTIFIED'
+            >>> c = logit_bound(np.array([1.0, 0.0]), np.array([[0.01], [0.02]]),
+            ...                 layout=RopeLayout.INTERLEAVED, scale=1.0)
+            >>> tv_eform(p, c).reading().tier.name
             'CERTIFIED'
         """
-        evidence = Proof(self.theorem, (Premise(_PREMISE_C, True),
-                                        Premise("p_tilde is a probability vector", True)))
-        return Reading(AttentionTV[AtConsume], self.raw, evidence=evidence)
+        return Reading(AttentionTV[AtConsume], self.raw, evidence=self.basis.evidence(self.theorem),
+                       delta=self.basis.delta)
 
 
-def _tv(raw: float, theorem: str, form: str) -> TVBound:
-    return TVBound(raw=raw, value=min(1.0, raw), theorem=theorem, form=form)
+def _tv(raw: float, theorem: str, form: str, basis: TVBasis) -> TVBound:
+    return TVBound(raw=raw, value=min(1.0, raw), theorem=theorem, form=form, basis=basis)
 
 
 @final
@@ -225,6 +396,8 @@ class TVBatch(Generic[ArrayT]):
         meter: ``min(eform, two_sided)`` (report ``min(1, meter)``).
         tanh_max: ``tanh(max_t c_t)``.
         log_a: ``log A``; ``log_a_minus``: ``log A-``.
+        basis: what every bound of the batch rests on; a reading of any of them takes its
+            evidence from ``basis.evidence(theorem)``.
     """
 
     eform: ArrayT
@@ -234,20 +407,23 @@ class TVBatch(Generic[ArrayT]):
     tanh_max: ArrayT
     log_a: ArrayT
     log_a_minus: ArrayT
+    basis: TVBasis
 
 
-def tv_bounds_batch(p_tilde: ArrayLike, c: ArrayLike) -> TVBatch[F64]:
+def tv_bounds_batch(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBatch[F64]:
     """All TV bounds for a batch of queries, vectorized.
 
     Args:
         p_tilde: compressed attention, shape ``(N, S)``; rows sum to 1 (within 1e-6,
             renormalized).
-        c: per-token logit error bounds ``>= 0`` (``inf`` allowed), shape ``(N, S)``.
+        c: per-token logit error bounds ``>= 0`` (``inf`` allowed), shape ``(N, S)``: a
+            :class:`~witcert_calculus.witness.LogitBound` or the caller's own array.
 
     Returns:
-        A :class:`TVBatch` of raw bounds.
+        A :class:`TVBatch` of raw bounds and their :class:`TVBasis`.
 
     Raises:
+        ForgedBoundError: on a ``LogitBound`` that no establishing function produced.
         InvalidValueError: on NaN, negative ``c``, mismatched shapes, rows not summing to 1.
 
     Example:
@@ -255,36 +431,41 @@ def tv_bounds_batch(p_tilde: ArrayLike, c: ArrayLike) -> TVBatch[F64]:
         >>> b.meter.tolist()
         [0.0, 0.0]
     """
-    p, cc = weights_and_bounds(p_tilde, c, ndim=2)
+    p, cc = weights_and_bounds(p_tilde, _values(c), ndim=2)
     la, lm, e, t, r = _forms(p, cc)
     return TVBatch(eform=e, two_sided=t, retention=r, meter=np.minimum(e, t),
-                   tanh_max=_tanh_max(cc), log_a=la, log_a_minus=lm)
+                   tanh_max=_tanh_max(cc), log_a=la, log_a_minus=lm,
+                   basis=_basis(c, _checks(p, cc)))
 
 
-def tv_eform(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
+def tv_eform(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
     """e-form bound ``TV <= (A^2 - 1) / 2`` with ``A = sum_t p_tilde_t e^{c_t}``.
 
     Lean: ``WitCert.Meters.tv_eform_sound``.
 
     Args:
         p_tilde: compressed attention over ``S`` tokens, shape ``(S,)``.
-        c: per-token bounds ``c_t >= |eps_t|``, shape ``(S,)``; ``inf`` allowed.
+        c: per-token bounds ``c_t >= |eps_t|``, shape ``(S,)``; ``inf`` allowed: a
+            :class:`~witcert_calculus.witness.LogitBound` (the premise holds by
+            construction) or the caller's own array (the premise is then assumed).
 
     Returns:
         A :class:`TVBound` (``raw`` may be ``inf``; ``value = min(1, raw)``).
 
     Raises:
+        ForgedBoundError: on a ``LogitBound`` that no establishing function produced.
         InvalidValueError: on NaN, negative ``c``, shape mismatch, ``sum(p_tilde) != 1``.
 
     Example:
         >>> round(tv_eform(np.array([0.5, 0.5]), np.array([0.1, 0.1])).raw, 6)
         0.110701
     """
-    p, cc = weights_and_bounds(p_tilde, c, ndim=1)
-    return _tv(float(_forms(p, cc, retention=False)[2]), TV_EFORM_SOUND, "eform")
+    p, cc = weights_and_bounds(p_tilde, _values(c), ndim=1)
+    return _tv(float(_forms(p, cc, retention=False)[2]), TV_EFORM_SOUND, "eform",
+               _basis(c, _checks(p, cc)))
 
 
-def tv_two_sided(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
+def tv_two_sided(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
     """Two-sided bound ``TV <= (A/A- - A-/A) / 2 = sinh(log A - log A-)``.
 
     Lean: ``WitCert.Meters.tv_two_sided_sound``. Arguments, returns and raises as
@@ -294,11 +475,12 @@ def tv_two_sided(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
         >>> round(tv_two_sided(np.array([0.99, 0.01]), np.array([0.0, 4.0])).raw, 6)
         0.453276
     """
-    p, cc = weights_and_bounds(p_tilde, c, ndim=1)
-    return _tv(float(_forms(p, cc, retention=False)[3]), TV_TWO_SIDED_SOUND, "two_sided")
+    p, cc = weights_and_bounds(p_tilde, _values(c), ndim=1)
+    return _tv(float(_forms(p, cc, retention=False)[3]), TV_TWO_SIDED_SOUND, "two_sided",
+               _basis(c, _checks(p, cc)))
 
 
-def tv_retention(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
+def tv_retention(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
     """Per-token retention bound (never above the e-form).
 
     ``TV <= 1/2 sum_t p_tilde_t min(A e^{c_t} - 1, max(e^{c_t}/A- - 1, 1 - e^{-c_t}/A))``.
@@ -310,11 +492,11 @@ def tv_retention(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
         >>> tv_retention(p, c).raw <= tv_eform(p, c).raw
         True
     """
-    p, cc = weights_and_bounds(p_tilde, c, ndim=1)
-    return _tv(float(_forms(p, cc)[4]), TV_RETENTION_SOUND, "retention")
+    p, cc = weights_and_bounds(p_tilde, _values(c), ndim=1)
+    return _tv(float(_forms(p, cc)[4]), TV_RETENTION_SOUND, "retention", _basis(c, _checks(p, cc)))
 
 
-def tv_meter(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
+def tv_meter(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
     """The WitCert meter ``min(1, e-form, two-sided)``.
 
     The returned bound names the theorem of the form that attains the minimum.
@@ -325,15 +507,16 @@ def tv_meter(p_tilde: ArrayLike, c: ArrayLike) -> TVBound:
         >>> (round(m.raw, 6), m.form)
         (0.453276, 'two_sided')
     """
-    p, cc = weights_and_bounds(p_tilde, c, ndim=1)
+    p, cc = weights_and_bounds(p_tilde, _values(c), ndim=1)
     _, _, ea, ta, _ = _forms(p, cc, retention=False)
     e, t = float(ea), float(ta)
+    basis = _basis(c, _checks(p, cc))
     if t < e:
-        return _tv(t, TV_TWO_SIDED_SOUND, "two_sided")
-    return _tv(e, TV_EFORM_SOUND, "eform")
+        return _tv(t, TV_TWO_SIDED_SOUND, "two_sided", basis)
+    return _tv(e, TV_EFORM_SOUND, "eform", basis)
 
 
-def tv_tanh_max(c: ArrayLike) -> TVBound:
+def tv_tanh_max(c: LogitBound[Any] | ArrayLike) -> TVBound:
     """Deterministic comparison shape ``TV <= tanh(max_t c_t)``.
 
     Sound because the oscillation of the logit error is at most ``2 max c`` and
@@ -341,19 +524,21 @@ def tv_tanh_max(c: ArrayLike) -> TVBound:
     it ignores ``p_tilde`` and is kept as a comparison for the meter.
 
     Args:
-        c: per-token bounds ``c_t >= |eps_t|``, shape ``(S,)``; ``inf`` allowed.
+        c: per-token bounds ``c_t >= |eps_t|``, shape ``(S,)``; ``inf`` allowed (a
+            :class:`~witcert_calculus.witness.LogitBound` or the caller's own array).
 
     Returns:
         A :class:`TVBound`.
 
     Raises:
+        ForgedBoundError: on a ``LogitBound`` that no establishing function produced.
         InvalidValueError: on NaN, negative or empty ``c``.
 
     Example:
         >>> round(tv_tanh_max(np.array([0.1, 0.3])).raw, 6)
         0.291313
     """
-    cc = nonneg_array("c", c, ndim=1, allow_inf=True)
+    cc = nonneg_array("c", _values(c), ndim=1, allow_inf=True)
     if cc.size == 0:
         raise InvalidValueError("c", "empty array", "must hold at least one token")
-    return _tv(float(_tanh_max(cc)), SOFTMAX_TV_TANH_SOUND, "tanh_max")
+    return _tv(float(_tanh_max(cc)), SOFTMAX_TV_TANH_SOUND, "tanh_max", _basis(c, _checks(None, cc)))

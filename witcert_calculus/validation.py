@@ -8,7 +8,7 @@ Main declarations:
 - scalars: :func:`exact` (a finite, nonnegative exact rational), :func:`number`,
   :func:`real`, :func:`positive_int`;
 - arrays: :func:`as_float_array`, :func:`finite_array`, :func:`nonneg_array`,
-  :func:`distribution`; the alias ``F64``.
+  :func:`distribution`, :func:`is_distribution`; the alias ``F64``.
 """
 
 from __future__ import annotations
@@ -107,6 +107,19 @@ def distribution(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...] = 1
                                 f"must be 1 within {PROB_SUM_ATOL}")
     out: F64 = arr / total
     return out
+
+
+def is_distribution(p: F64) -> bool:
+    """Whether every row of ``p`` (last axis) is a probability vector: finite, nonnegative,
+    summing to 1 within :data:`PROB_SUM_ATOL`; the truth value of that premise, not a raise."""
+    import numpy as np
+
+    if p.ndim == 0 or p.shape[-1] == 0:
+        return False
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(p).all() and (p >= 0).all() and (
+            np.abs(p.sum(axis=-1) - 1.0) <= PROB_SUM_ATOL).all()
+    return bool(ok)
 
 
 def positive_int(name: str, value: object, *, minimum: int = 1) -> int:

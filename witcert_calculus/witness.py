@@ -20,6 +20,15 @@ to a false zero); norms and ``c`` are rounded outward by the rule of
 :func:`~witcert_calculus.rounding.logit_margin`); storage in float16/float32 rounds upward.
 The torch versions (``witcert_kernels.meter``) use the same bands and margins.
 
+Established by construction. :func:`logit_bound` returns a :class:`LogitBound`: the values
+``c`` together with the evidence that ``c_t >= |eps_t|`` (its premises computed from the
+query and the stored witnesses). Only the establishing functions produce one (this module's
+:func:`logit_bound`, :func:`witcert_calculus.dither.tier_b_logit_bound` and their torch twins
+``witcert_kernels.meter.logit_bound`` and ``witcert_kernels.dither.tier_b_logit_bound``);
+building one elsewhere raises :class:`~witcert_calculus.errors.ForgedBoundError`. The TV forms
+take either a ``LogitBound`` (its premise then holds by construction) or the caller's own
+array, whose premise is the assumption :data:`CALLER_LOGIT_BOUND`.
+
 Main declarations:
 
 - :class:`RopeLayout`: ``INTERLEAVED`` or ``HALF_SPLIT``.
@@ -27,38 +36,250 @@ Main declarations:
 - :func:`band_channels`: the channel indices of each band for a layout.
 - :func:`band_witness`: ``w[t, b]`` from residuals.
 - :func:`band_norms`: band norms of a query (same bands).
-- :func:`logit_bound`: ``c_t`` from a query and stored witnesses.
+- :class:`LogitBound`: a per-token logit error bound with its evidence (established only
+  by its establishing functions); :func:`is_established`, the provenance check.
+- :func:`logit_bound`: ``c_t`` from a query and stored witnesses, as a ``LogitBound``.
 - :func:`logit_linf_reading`: ``max_t c_t`` as a typed ``LogitLinf[AtConsume]`` reading.
+- :data:`CALLER_LOGIT_BOUND`: the assumption behind a caller's own array of bounds.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Final, final
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any, Final, Generic, NoReturn, TypeVar, final, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
 from witcert_calculus.contracts import Reading
-from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.errors import ForgedBoundError, InvalidValueError
 from witcert_calculus.metrics import AtConsume, LogitLinf
-from witcert_calculus.rounding import TINY, band_norm_margin, logit_margin, outward
-from witcert_calculus.theorems import LOGIT_BOUND_SOUND
-from witcert_calculus.tiers import Premise, Proof
+from witcert_calculus.rounding import TINY, add_up, band_norm_margin, logit_margin, outward
+from witcert_calculus.theorems import ADD_SOUND, LOGIT_BOUND_SOUND
+from witcert_calculus.tiers import (
+    Assumption,
+    Composition,
+    Evidence,
+    Premise,
+    Proof,
+    Restricted,
+    assumptions_of,
+)
 from witcert_calculus.validation import F64, finite_array, nonneg_array, positive_int, real
 
 __all__ = [
+    "CALLER_LOGIT_BOUND",
+    "ESTABLISHERS",
     "LOGIT_BOUND_THEOREM",
+    "LogitBound",
     "RopeLayout",
     "band_channels",
     "band_norms",
     "band_pairs",
     "band_witness",
+    "is_established",
     "logit_bound",
     "logit_linf_reading",
 ]
 
 LOGIT_BOUND_THEOREM: Final = LOGIT_BOUND_SOUND
+
+#: The functions that establish a :class:`LogitBound` (the only ones that produce one).
+ESTABLISHERS: Final = ("witcert_calculus.witness.logit_bound",
+                       "witcert_calculus.dither.tier_b_logit_bound",
+                       "witcert_kernels.meter.logit_bound",
+                       "witcert_kernels.dither.tier_b_logit_bound")
+
+#: The premise ``c_t >= |eps_t|`` of a caller's own array of bounds, which no code checks.
+CALLER_LOGIT_BOUND: Final = Assumption(
+    "c_t >= |eps_t| for every token t, for c the caller's own array (not a LogitBound)",
+    reason="the logit errors eps_t need the exact keys, which the meter never sees; a "
+           "LogitBound from an establishing function carries this premise by construction")
+
+ArrayT = TypeVar("ArrayT")
+
+# The construction token: only the establishing functions (through _establish) hold it.
+_SEAL: Final = object()
+
+
+@final
+class LogitBound(Generic[ArrayT]):
+    """A per-token logit error bound ``c_t >= |eps_t|``, established by the function that built it.
+
+    The values come with the evidence of the premise: a Tier-A bound (:func:`logit_bound`,
+    from stored band witnesses and the live query) holds deterministically; a Tier-B bound
+    (:func:`witcert_calculus.dither.tier_b_logit_bound`) holds on an event of probability
+    at least ``1 - delta`` and under the assumptions its evidence states. ``ArrayT`` is a
+    float64 numpy array or, from ``witcert_kernels``, a float64 torch tensor.
+
+    Only the establishing functions (:data:`ESTABLISHERS`) produce one: calling the class
+    raises :class:`~witcert_calculus.errors.ForgedBoundError`. It is frozen, numpy values
+    are read-only (a torch tensor cannot be: changing it in place voids the bound), and it
+    is not pickled (it is established in this process).
+
+    Sums stay established: ``c1 + c2`` bounds ``|eps1 + eps2|`` (e.g. the two logit parts of
+    a latent attention, or a Tier-A part plus a Tier-B part), rounded upward, failure
+    probabilities added; ``0 + c`` is ``c`` (so ``sum`` works). Adding a plain array gives a
+    plain array: the sum is no longer established.
+
+    Attributes:
+        values: ``c``, shape ``[..., S]`` (one entry per token).
+        evidence: what proves ``c_t >= |eps_t|`` (premises computed when ``c`` was built).
+        delta: the probability (exact) that some token of a query row escapes its bound; 0
+            for Tier A.
+        source: the establishing function (``"a + b"`` for a sum).
+        checks: premises on the numbers computed when ``c`` was built, as
+            ``(statement, truth)`` pairs whose truth may be a 0-d torch tensor (read when
+            the reading's evidence is built, so a hot loop never waits on the device).
+
+    Example:
+        >>> c = logit_bound(np.array([2.0, 0.0]), np.array([[0.5]]),
+        ...                 layout=RopeLayout.INTERLEAVED, scale=0.5)
+        >>> (type(c).__name__, is_established(c), float(c.delta))
+        ('LogitBound', True, 0.0)
+    """
+
+    __slots__ = ("_add", "_seal", "checks", "delta", "evidence", "source", "values")
+    __array_ufunc__ = None  # numpy defers ``array + bound`` to __radd__
+
+    values: ArrayT
+    evidence: Evidence
+    delta: Fraction
+    source: str
+    checks: tuple[tuple[str, object], ...]
+    _add: Callable[[ArrayT, ArrayT], ArrayT]
+    _seal: object
+
+    def __init__(self, values: ArrayT, *, evidence: Evidence, delta: Fraction, source: str,
+                 add: Callable[[ArrayT, ArrayT], ArrayT],
+                 checks: tuple[tuple[str, object], ...] = (), seal: object = None) -> None:
+        if seal is not _SEAL:
+            raise ForgedBoundError("LogitBound", ESTABLISHERS)
+        if not isinstance(delta, Fraction) or not 0 <= delta < 1:
+            raise InvalidValueError("delta", delta, "must be an exact probability in [0, 1)")
+        for key, value in (("values", values), ("evidence", evidence), ("delta", delta),
+                           ("source", source), ("checks", checks), ("_add", add),
+                           ("_seal", seal)):
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, key: str, value: object) -> NoReturn:
+        raise AttributeError(f"LogitBound is frozen; cannot set {key!r}")
+
+    def __delattr__(self, key: str) -> NoReturn:
+        raise AttributeError(f"LogitBound is frozen; cannot delete {key!r}")
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a LogitBound is established in this process and is not pickled; "
+                        "pickle its values and rebuild it with its establishing function")
+
+    def __copy__(self) -> LogitBound[ArrayT]:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> LogitBound[ArrayT]:
+        return self
+
+    def __repr__(self) -> str:
+        shape = tuple(getattr(self.values, "shape", ()))
+        return f"LogitBound(shape={shape}, source={self.source!r}, delta={self.delta})"
+
+    @property
+    def assumptions(self) -> tuple[Assumption, ...]:
+        """What the bound assumes and no code checks (none for Tier A)."""
+        return assumptions_of(self.evidence)
+
+    @overload
+    def __add__(self, other: LogitBound[ArrayT]) -> LogitBound[ArrayT]: ...
+    @overload
+    def __add__(self, other: Any) -> Any: ...
+
+    def __add__(self, other: Any) -> Any:
+        """``c1 + c2`` as an established bound (see the class); plus a plain array, a plain array."""
+        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
+            return self
+        if not isinstance(other, LogitBound):
+            plain: Any = self.values
+            return plain + other
+        o: LogitBound[Any] = other  # pyright: ignore[reportUnknownVariableType]
+        if not (is_established(self) and is_established(o)):
+            raise ForgedBoundError("LogitBound", ESTABLISHERS)
+        if type(self.values) is not type(o.values):
+            raise InvalidValueError("c", f"bounds held as {type(self.values).__name__} and "
+                                    f"{type(o.values).__name__}",
+                                    "must be held alike (numpy with numpy, torch with torch)")
+        delta = self.delta + o.delta
+        if delta >= 1:
+            raise InvalidValueError("delta", delta, "the union bound of the two parts reaches 1")
+        return _establish(self._add(self.values, o.values),
+                          evidence=Composition((self.evidence, o.evidence), theorem=ADD_SOUND),
+                          delta=delta, source=f"{self.source} + {o.source}", add=self._add,
+                          checks=self.checks + o.checks)
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
+            return self
+        plain: Any = self.values
+        return other + plain
+
+
+def is_established(c: object) -> bool:
+    """Whether ``c`` is a :class:`LogitBound` produced by an establishing function.
+
+    The provenance check behind the premise ``c_t >= |eps_t|`` of the TV forms: a plain
+    array, or an object built around the constructor, is not established.
+
+    Example:
+        >>> is_established(np.array([0.1, 0.2]))
+        False
+    """
+    subject: object = c  # kept as an object: only its seal is read
+    if not isinstance(c, LogitBound):
+        return False
+    # a slot left unset (an object built around the constructor) reads as the default
+    return getattr(subject, "_seal", None) is _SEAL
+
+
+def _establish(values: ArrayT, *, evidence: Evidence, delta: Fraction, source: str,
+               add: Callable[[ArrayT, ArrayT], ArrayT],
+               checks: tuple[tuple[str, object], ...] = ()) -> LogitBound[ArrayT]:
+    """The one way to build a LogitBound: for the establishing functions only."""
+    return LogitBound(values, evidence=evidence, delta=delta, source=source, add=add,
+                      checks=checks, seal=_SEAL)
+
+
+def _add_shapes(a: F64, b: F64) -> F64:
+    if a.shape != b.shape:
+        raise InvalidValueError("c", f"bounds of shapes {a.shape} and {b.shape}",
+                                "must bound the same tokens (equal shapes) to be added")
+    return _read_only(add_up(a, b))
+
+
+def _read_only(x: F64) -> F64:
+    x.flags.writeable = False
+    view: F64 = x.view()
+    return view
+
+
+# The premise on the witness array (computed eagerly by numpy, deferred by torch).
+_WITNESS_PREMISE: Final = ("w[t, b] >= 0 for every token and band, not NaN (the stored band "
+                          "witness, rounded upward when stored)")
+
+
+def _tier_a_evidence(*, scale: float, bands: int, query_bands: int, witness_ok: bool | None,
+                     assumptions: tuple[Assumption, ...] = ()) -> Evidence:
+    """Evidence of ``c_t = scale sum_b qn_b w[t, b]``, premises of the Lean theorem computed
+    (``witness_ok=None``: that premise is deferred to the bound's checks)."""
+    premises = [Premise("scale >= 0", scale >= 0),
+                Premise(f"qn_b >= ||q_b|| for each of the witness's {bands} bands: band norms "
+                        "of the query over the same bands, rounded outward",
+                        query_bands == bands)]
+    if witness_ok is not None:
+        premises.insert(1, Premise(_WITNESS_PREMISE, witness_ok))
+    proof = Proof(LOGIT_BOUND_SOUND, tuple(premises))
+    if not assumptions:
+        return proof
+    return Restricted(proof, assumptions=assumptions)
 
 
 @final
@@ -217,10 +438,12 @@ def band_norms(query: ArrayLike, *, bands: int, layout: RopeLayout) -> F64:
 
 
 def logit_bound(query: ArrayLike, witness: ArrayLike, *, layout: RopeLayout,
-                scale: float) -> F64:
-    """Per-token logit error bound ``c_t = scale * sum_b ||q_b|| * w[t, b]``.
+                scale: float) -> LogitBound[F64]:
+    """Per-token logit error bound ``c_t = scale * sum_b ||q_b|| * w[t, b]``, established.
 
-    Lean: ``WitCert.Witness.logit_bound_sound`` (per-band Cauchy-Schwarz).
+    Lean: ``WitCert.Witness.logit_bound_sound`` (per-band Cauchy-Schwarz). The band norms of
+    the query are computed here, over the witness's bands, and every premise of the theorem
+    is computed from the arguments, so the TV forms take the result as proved.
 
     Args:
         query: the query of this head, shape ``(d,)`` (pre- or post-RoPE: the band
@@ -230,7 +453,8 @@ def logit_bound(query: ArrayLike, witness: ArrayLike, *, layout: RopeLayout,
         scale: the attention scale (e.g. ``d ** -0.5``), > 0.
 
     Returns:
-        ``c`` of shape ``(S,)`` (or ``()``), an upper bound of ``|scale * <q, r_t>|``.
+        A :class:`LogitBound` whose ``values`` (shape ``(S,)``, or ``()``, read-only) bound
+        ``|scale * <q, r_t>|`` deterministically (``delta = 0``).
 
     Raises:
         InvalidValueError: on invalid shapes or values.
@@ -238,8 +462,9 @@ def logit_bound(query: ArrayLike, witness: ArrayLike, *, layout: RopeLayout,
     Example:
         >>> w = band_witness(np.array([[1.0, 0.0, 0.0, 0.0]]), bands=2,
         ...                  layout=RopeLayout.INTERLEAVED)
-        >>> float(logit_bound(np.array([2.0, 0.0, 0.0, 0.0]), w,
-        ...                   layout=RopeLayout.INTERLEAVED, scale=0.5)[0]) >= 1.0
+        >>> c = logit_bound(np.array([2.0, 0.0, 0.0, 0.0]), w,
+        ...                 layout=RopeLayout.INTERLEAVED, scale=0.5)
+        >>> float(c.values[0]) >= 1.0
         True
     """
     q = finite_array("query", query, ndim=1)
@@ -255,28 +480,55 @@ def logit_bound(query: ArrayLike, witness: ArrayLike, *, layout: RopeLayout,
         c: F64 = np.asarray(prod.sum(axis=-1) * s, dtype=np.float64)
     margin = logit_margin(nb, scale=s)
     exact = (w == 0).all(axis=-1) | bool((qn == 0).all())
-    return outward(c, gamma=margin.gamma, alpha=margin.alpha, exact=np.asarray(exact))
+    values = outward(c, gamma=margin.gamma, alpha=margin.alpha, exact=np.asarray(exact))
+    evidence = _tier_a_evidence(scale=s, bands=nb, query_bands=int(qn.shape[-1]),
+                                witness_ok=bool((w >= 0).all()))
+    return _establish(_read_only(values), evidence=evidence, delta=Fraction(0),
+                      source="witcert_calculus.witness.logit_bound", add=_add_shapes)
 
 
-def logit_linf_reading(c: ArrayLike) -> Reading[LogitLinf[AtConsume]]:
+def logit_linf_reading(c: LogitBound[Any] | ArrayLike) -> Reading[LogitLinf[AtConsume]]:
     """The sup-norm logit error bound ``max_t c_t`` as a reading of ``LogitLinf[AtConsume]``.
 
     It feeds the scalar softmax bridges (e.g. ``bridges.softmax_tv_eform``); the
     per-token TV forms of :mod:`witcert_calculus.tv_forms` use the whole vector and are tighter.
 
     Args:
-        c: per-token bounds from :func:`logit_bound`, shape ``(S,)``, finite and >= 0.
+        c: per-token bounds, shape ``(S,)``, finite and >= 0: a :class:`LogitBound` (from
+            :func:`logit_bound`; its evidence and ``delta`` carry over) or the caller's own
+            array (its premise is the assumption :data:`CALLER_LOGIT_BOUND`).
 
     Returns:
-        A CERTIFIED reading citing ``WitCert.Witness.logit_bound_sound``.
+        A reading citing ``WitCert.Witness.logit_bound_sound``: CERTIFIED for a Tier-A
+        bound, PARTIALLY_CERTIFIED for an array of the caller's (or a Tier-B bound).
+
+    Raises:
+        ForgedBoundError: on a ``LogitBound`` that no establishing function produced.
+        InvalidValueError: on an empty, negative or non-finite ``c``.
 
     Example:
-        >>> logit_linf_reading(np.array([0.1, 0.3])).raw
-        0.3
+        >>> r = logit_linf_reading(np.array([0.1, 0.3]))
+        >>> (r.raw, r.tier.name)
+        (0.3, 'PARTIALLY_CERTIFIED')
     """
-    cc = nonneg_array("c", c, ndim=1)
+    if isinstance(c, LogitBound):
+        if not is_established(c):
+            raise ForgedBoundError("LogitBound", ESTABLISHERS)
+        bound: LogitBound[Any] = c  # pyright: ignore[reportUnknownVariableType]
+        cc = nonneg_array("c", np.asarray(bound.values, dtype=np.float64), ndim=1)
+        checks = tuple(Premise(statement, bool(truth)) for statement, truth in bound.checks)
+        evidence: Evidence = bound.evidence
+        if checks:
+            evidence = Composition((evidence, Proof(LOGIT_BOUND_THEOREM, checks)),
+                                   theorem=LOGIT_BOUND_THEOREM)
+        delta = bound.delta
+    else:
+        cc = nonneg_array("c", c, ndim=1)
+        evidence = Restricted(Proof(LOGIT_BOUND_THEOREM, (
+            Premise("c_t is finite and >= 0 for every token t",
+                    bool(np.isfinite(cc).all() and (cc >= 0).all())),)),
+            assumptions=(CALLER_LOGIT_BOUND,))
+        delta = Fraction(0)
     if cc.size == 0:
         raise InvalidValueError("c", "empty array", "must hold at least one token")
-    evidence = Proof(LOGIT_BOUND_THEOREM, (Premise(
-        "c_t = scale * sum_b ||q_b|| w[t, b] with w[t, b] >= ||r_{t,b}||", True),))
-    return Reading(LogitLinf[AtConsume], float(cc.max()), evidence=evidence)
+    return Reading(LogitLinf[AtConsume], float(cc.max()), evidence=evidence, delta=delta)

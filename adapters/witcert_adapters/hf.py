@@ -81,16 +81,24 @@ from witcert_adapters.runs import MemoryKind, ProbePath, Site, observed_sites
 from witcert_adapters.schemes import EntryRole, Scheme, WriteContext, get_scheme
 from witcert_calculus.budget import Probability
 from witcert_calculus.contracts import Reading
-from witcert_calculus.dither import NON_ADAPTIVE
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.records import Admission
-from witcert_calculus.theorems import DITHER_LOGIT_TAIL, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.tiers import Composition, Premise, Proof, Restricted
+from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.tv_forms import TVBasis
 from witcert_calculus.validation import positive_int
+from witcert_calculus.witness import LogitBound
 from witcert_kernels.dither import tier_b_logit_bound
-from witcert_kernels.meter import band_norms, l2_norm, logit_bound, round_up_f32, tv_bounds_batch
+from witcert_kernels.meter import (
+    band_norms,
+    l2_norm,
+    l2_norm_upper,
+    logit_bound,
+    output_error_bound,
+    round_up_f32,
+    tv_bounds_batch,
+)
 
 __all__ = ["AuditStep", "LayerLog", "LiveRun", "Probe", "ReadStep", "TierBEvent", "TierBStep",
            "WitnessCache", "WriteStep", "attach"]
@@ -148,6 +156,8 @@ class ReadStep:
         positions: the call's query positions ``[Q]``.
         q_norm: the largest norm of the first logit slot's query (a 0-d tensor).
         out_bound: the attention-output error bound (dense memories), else ``None``.
+        basis: what the call's TV bounds rest on (:class:`~witcert_calculus.tv_forms.TVBasis`:
+            the logit bound's evidence and the premises computed from the call's inputs).
     """
 
     rows: int
@@ -158,6 +168,7 @@ class ReadStep:
     positions: torch.Tensor
     q_norm: torch.Tensor
     out_bound: torch.Tensor | None = None
+    basis: TVBasis | None = None
 
 
 @final
@@ -316,7 +327,8 @@ class LayerLog:
                 positions=torch.cat([s.positions for s in steps]).numpy(),
                 q_norm_max=float(torch.stack([s.q_norm for s in steps]).max()),
                 last_p=self.last_p.to(torch.float64).numpy(), last_c=self.last_c.numpy(),
-                out_bound=_cat_np(bounds) if bounds else None)
+                out_bound=_cat_np(bounds) if bounds else None,
+                bases=tuple(s.basis for s in steps if s.basis is not None))
         if self.tier_b_steps and self.last_u is not None:
             tier_b = TierBRecord(_cat_np([s.meter for s in self.tier_b_steps]),
                                  delta_loc=_cat_np([s.delta_loc for s in self.tier_b_steps]),
@@ -381,7 +393,7 @@ class WitnessCache(DynamicCache):
             k_hat = enc.x_hat.to(key_states.dtype)
             # The model reads the reconstruction rounded to its dtype; that rounding is not
             # dither noise, so it enters the Tier-B bound as a deterministic witness.
-            cast = round_up_f32(l2_norm(k_hat.to(torch.float64) - enc.x_hat))
+            cast = round_up_f32(l2_norm_upper(k_hat.to(torch.float64) - enc.x_hat))
             hats = (k_hat, self.scheme(value_states, ctx_v))
         else:
             hats = (self.scheme(key_states, ctx_k), self.scheme(value_states, ctx_v))
@@ -394,10 +406,10 @@ class WitnessCache(DynamicCache):
         value_res = value_norm = None
         if spec.value_slot is not None:
             v, vh = slots[spec.value_slot], hats[spec.value_slot]
-            value_res = round_up_f32(l2_norm(vh.to(torch.float64) - v.to(torch.float64)))
-            value_norm = round_up_f32(l2_norm(v.to(torch.float64)))
+            value_res = round_up_f32(l2_norm_upper(vh.to(torch.float64) - v.to(torch.float64)))
+            value_norm = round_up_f32(l2_norm_upper(v.to(torch.float64)))
         log.add_write(WriteStep(
-            key_states.shape[-2], tuple(witnesses), round_up_f32(l2_norm(r0)),
+            key_states.shape[-2], tuple(witnesses), round_up_f32(l2_norm_upper(r0)),
             value_res=value_res, value_norm=value_norm,
             exact=(key_states.detach(), value_states.detach()) if self.audit else None,
             dither_scales=scales, dither_cast=cast))
@@ -438,24 +450,6 @@ def _float_down(delta: Probability, parts: int) -> float:
     # delta / parts, rounded down once: a smaller delta_loc keeps the union over the parts
     # within delta.
     return delta.split(parts).float_down()
-
-
-def tier_b_evidence(delta_loc: Probability) -> Composition:
-    """Evidence of a Tier-B reading: sub-Gaussian radius (non-adaptive) + the TV forms.
-
-    ``delta_loc`` is the exact per-cell share of the forward's allowance; the premise
-    states the float it rounds down to, which is the one the radius was computed with.
-    """
-    return Composition(
-        (Restricted(Proof(DITHER_LOGIT_TAIL, (
-            Premise("subtractive dither, xi regenerated from the same Philox stream", True),
-            Premise(f"|eps_t| <= u_t for every visible token of every cell except with "
-                    f"probability delta_loc <= {delta_loc.float_down()!r} per cell "
-                    "(union bound)", True))),
-            subset=NON_ADAPTIVE),
-         Proof(TV_EFORM_SOUND, (Premise("c_t = u_t >= |eps_t| on the event above", True),)),
-         Proof(TV_TWO_SIDED_SOUND, (Premise("c_t = u_t >= |eps_t| on the event above", True),))),
-        theorem=TV_EFORM_SOUND, restriction=NON_ADAPTIVE)
 
 
 @final
@@ -587,6 +581,7 @@ class Probe:
             ledger.require_known(request_id)
         self._event_delta: Probability | None = None
         self._event_max: list[torch.Tensor] = []
+        self._event_bases: list[TVBasis] = []
         self._event_rows = 0
         self._events: list[TierBEvent] = []
         if self.tier_b:
@@ -639,6 +634,7 @@ class Probe:
         self._event_delta = Probability.of(self.ledger.next_allowance(self.request_id),
                                            name="allowance")
         self._event_max = []
+        self._event_bases = []
         self._event_rows = 0
 
     def _end_event(self, module: Any, args: Any, output: Any) -> None:
@@ -647,10 +643,14 @@ class Probe:
         self._event_delta = None
         if delta is None or not self._event_max:
             return
-        raw = float(torch.stack(self._event_max).max())
+        maxima = torch.stack(self._event_max)
+        raw = float(maxima.max())
         rows = self._event_rows
-        evidence = tier_b_evidence(delta.split(len(self.attention) * rows))
-        reading = Reading(AttentionTV[AtConsume], raw, evidence=evidence, delta=delta.exact)
+        # Every layer's Tier-B bounds rest on their computed checks (read here, once per
+        # forward); the reading is the worst layer's, with that layer's evidence.
+        evidence = [b.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND) for b in self._event_bases]
+        evidence_max = evidence[int(torch.argmax(maxima))]
+        reading = Reading(AttentionTV[AtConsume], raw, evidence=evidence_max, delta=delta.exact)
         admission = self.ledger.admit(self.request_id, reading)
         self._events.append(TierBEvent(len(self._events), delta.exact, rows, reading, admission))
 
@@ -685,16 +685,18 @@ class Probe:
         heads = p_tilde.shape[1]
         q_len = p_tilde.shape[2]
         scale = float(module.scaling)
-        c = torch.zeros(p_tilde.shape, dtype=torch.float64)
-        c_parts: list[torch.Tensor] = []
-        for i, part in enumerate(self.spec.parts):
-            w = _expand_heads(log.witnesses(i), heads).unsqueeze(2)
-            qb = band_norms(queries[i], bands=part.bands, layout=part.layout)
-            c_parts.append(logit_bound(qb, w, scale=scale))
-            c = c + c_parts[-1]
+        # c_t >= |eps_t| established from the stored band witnesses and the live queries,
+        # one bound per logit part (their sum stays established).
+        c_parts: list[LogitBound[torch.Tensor]] = [
+            logit_bound(queries[i], _expand_heads(log.witnesses(i), heads).unsqueeze(2),
+                        scale=scale, layout=part.layout)
+            for i, part in enumerate(self.spec.parts)]
+        c = c_parts[0]
+        for extra in c_parts[1:]:
+            c = c + extra
         bounds = tv_bounds_batch(p_tilde, c, check=False)  # validated once per run by the gate
         if self.tier_b and self._event_delta is not None and log.dither_scales:
-            self._tier_b(log, log, queries, c_parts, p_tilde, start, scale, heads)
+            self._tier_b(log, queries, c_parts, p_tilde, start, scale, heads)
         p64 = p_tilde.to(torch.float64)
         p64 = p64 / p64.sum(dim=-1, keepdim=True)
         out_bound = None
@@ -702,38 +704,40 @@ class Probe:
             res, norm = log.value_residuals()
             rho = _expand_heads(res, heads).to(torch.float64)
             vmax = _expand_heads(norm, heads).to(torch.float64).amax(dim=-1)
-            tv = torch.clamp(bounds.meter, max=1.0)
-            out_bound = 2.0 * tv * vmax.unsqueeze(-1) + torch.einsum("bhqs,bhs->bhq", p64, rho)
+            out_bound = output_error_bound(bounds.meter, value_norm_max=vmax.unsqueeze(-1),
+                                           p_tilde=p64, rho=rho.unsqueeze(-2))
         log.add_read(ReadStep(q_len, bounds.meter, bounds.eform, bounds.two_sided,
-                              c.amax(dim=-1), torch.arange(start, start + q_len),
-                              l2_norm(queries[0].to(torch.float64)).amax(), out_bound),
-                     last_p=p_tilde[:, :, -1, :], last_c=c[:, :, -1, :])
+                              c.values.amax(dim=-1), torch.arange(start, start + q_len),
+                              l2_norm_upper(queries[0].to(torch.float64)).amax(), out_bound,
+                              basis=bounds.basis),
+                     last_p=p_tilde[:, :, -1, :], last_c=c.values[:, :, -1, :])
         if self.audit:
             self._audit(layer, log, queries, start, cache, scale, heads)
 
-    def _tier_b(self, log: LayerLog, src: LayerLog, queries: tuple[torch.Tensor, ...],
-                c_parts: list[torch.Tensor], p_tilde: torch.Tensor, start: int, scale: float,
-                heads: int) -> None:
+    def _tier_b(self, log: LayerLog, queries: tuple[torch.Tensor, ...],
+                c_parts: list[LogitBound[torch.Tensor]], p_tilde: torch.Tensor, start: int,
+                scale: float, heads: int) -> None:
         assert self._event_delta is not None
         q_len = p_tilde.shape[2]
         rows = heads * q_len
         # delta_loc = delta_i / (L * H * rows), rounded down; the union over this forward's
         # cells (every attention layer, head and query row) is at most delta_i.
         dloc = _float_down(self._event_delta, len(self.attention) * rows)
-        scales = _expand_heads(_cat(src.dither_scales, dim=2), heads)  # [B, H, S, nb] fp16
-        cast = _expand_heads(_cat(src.dither_cast, dim=2), heads)  # [B, H, S]
+        scales = _expand_heads(_cat(log.dither_scales, dim=2), heads)  # [B, H, S, nb] fp16
+        cast = _expand_heads(_cat(log.dither_cast, dim=2), heads)  # [B, H, S]
         visible = torch.arange(start + 1, start + q_len + 1)  # S_row, the union bound's S
-        cb = torch.zeros(p_tilde.shape, dtype=torch.float64)
-        for i, part in enumerate(self.spec.parts):
-            if part.slot != 0:  # not dithered: its deterministic Tier-A part
-                cb = cb + c_parts[i]
-                continue
-            cb = cb + tier_b_logit_bound(queries[i], scales, cast, scale=scale, delta_loc=dloc,
+        parts = [c_parts[i] if part.slot != 0  # not dithered: its deterministic Tier-A part
+                 else tier_b_logit_bound(queries[i], scales, cast, scale=scale, delta_loc=dloc,
                                          visible=visible)
+                 for i, part in enumerate(self.spec.parts)]
+        cb = parts[0]
+        for extra in parts[1:]:
+            cb = cb + extra
         tb = tv_bounds_batch(p_tilde, cb, check=False)
         log.add_tier_b(TierBStep(tb.meter, torch.full((q_len,), dloc, dtype=torch.float64)),
-                       last_u=cb[:, :, -1, :])
+                       last_u=cb.values[:, :, -1, :])
         self._event_max.append(tb.meter.amax())
+        self._event_bases.append(tb.basis)
         self._event_rows = q_len * heads
 
     def _audit(self, layer: int, log: LayerLog, queries: tuple[torch.Tensor, ...], start: int,

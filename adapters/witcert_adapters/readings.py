@@ -27,7 +27,6 @@ from witcert_calculus.contracts import Contract, Reading, chain
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV, KeyResidualAbs
 from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.tiers import Premise, Proof
 from witcert_calculus.validation import real
 
 __all__ = ["METER_THEOREM", "DenseChain", "LayerReading", "admit_readings", "coverage",
@@ -59,13 +58,6 @@ class LayerReading:
     chain_reading: Reading[AttentionTV[AtConsume]] | None
 
 
-def _evidence(eform_wins: bool) -> Proof:
-    return Proof(TV_EFORM_SOUND if eform_wins else METER_THEOREM, (
-        Premise("c_t >= |eps_t| for every token (band Cauchy-Schwarz on stored witnesses)", True),
-        Premise("p_tilde is the attention the layer used", True),
-    ))
-
-
 def layer_readings(run: LiveRun, *, chains: Mapping[int, DenseChain] | None = None
                    ) -> list[LayerReading]:
     """Worst-cell readings per layer (and chains when given).
@@ -92,7 +84,10 @@ def layer_readings(run: LiveRun, *, chains: Mapping[int, DenseChain] | None = No
         value = float(raw.reshape(-1)[flat])
         eform_wins = float(read.one_sided.reshape(-1)[flat]) <= float(
             read.two_sided.reshape(-1)[flat])
-        reading = Reading(AttentionTV[AtConsume], value, evidence=_evidence(eform_wins))
+        # The logit bounds were established from the stored witnesses and the live queries
+        # (witcert_kernels.meter.logit_bound); each call's computed premises are read here.
+        evidence = read.evidence(TV_EFORM_SOUND if eform_wins else METER_THEOREM)
+        reading = Reading(AttentionTV[AtConsume], value, evidence=evidence)
         ch = None if chains is None else chains.get(layer)
         out.append(LayerReading(layer, reading, (cell[0], cell[1], cell[2]), ch,
                                 None if ch is None else ch.bound(0.0)))

@@ -19,12 +19,15 @@ Main declarations
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import final
 
 import numpy as np
 import numpy.typing as npt
 
 from witcert_adapters.runs import ProbePath
+from witcert_calculus.tiers import Evidence
+from witcert_calculus.tv_forms import TVBasis
 
 __all__ = ["AuditRecord", "FloatArray", "IntArray", "LayerRecord", "ReadRecord", "TierBRecord",
            "WriteRecord"]
@@ -65,6 +68,7 @@ class ReadRecord:
             coarse chain).
         last_p / last_c: ``p_tilde`` and ``c`` of the final query row ``[B, H, S]``.
         out_bound: attention-output error bound ``[B, H, T]`` (dense memories), else ``None``.
+        bases: what each metered call's bounds rest on, in call order.
     """
 
     rows: int
@@ -77,10 +81,27 @@ class ReadRecord:
     last_p: FloatArray
     last_c: FloatArray
     out_bound: FloatArray | None = None
+    bases: tuple[TVBasis, ...] = ()
 
     def reported(self) -> FloatArray:
         """The reported meter ``min(1, raw)``."""
         return np.minimum(1.0, self.meter)
+
+    def evidence(self, theorem: str) -> Evidence:
+        """The evidence of a reading of this path's bounds that cites ``theorem``.
+
+        Each metered call's :class:`~witcert_calculus.tv_forms.TVBasis` is turned into
+        evidence, which reads its computed premises (a failed one raises); a record without
+        bases (built by hand) assumes its logit bounds, and its readings are at most
+        PARTIALLY_CERTIFIED.
+
+        Raises:
+            PremiseError: if a premise computed from a call's inputs does not hold.
+        """
+        if not self.bases:
+            return TVBasis((), None, Fraction(0)).evidence(theorem)
+        found = [b.evidence(theorem) for b in self.bases]
+        return found[0]
 
 
 @final

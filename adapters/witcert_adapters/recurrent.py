@@ -67,7 +67,7 @@ from witcert_calculus.bridges import Recurrence, recurrence
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume
 from witcert_calculus.validation import positive_int
-from witcert_kernels.meter import l2_norm, round_up_f32
+from witcert_kernels.meter import l2_norm_upper, round_up_f32
 
 __all__ = ["RecurrentLayerRecord", "RecurrentProbe", "RecurrentRun", "RecurrentWitnessCache",
            "run_recurrent_gate"]
@@ -77,7 +77,7 @@ FloatArray = npt.NDArray[np.float64]
 
 def _fro(x: torch.Tensor) -> torch.Tensor:
     # Frobenius norm over the last two axes of [B, H, P, N], in float64.
-    return l2_norm(x.to(torch.float64).flatten(-2))
+    return l2_norm_upper(x.to(torch.float64).flatten(-2))
 
 
 class RecurrentWitnessCache(WitnessCache):

@@ -49,7 +49,7 @@ from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, SelectorMass
 from witcert_calculus.validation import positive_int
-from witcert_kernels.meter import l2_norm, round_up_f32
+from witcert_kernels.meter import l2_norm_upper, round_up_f32
 
 __all__ = ["SelectionAuditRecord", "SelectionRecord", "SelectorCache", "SelectorLayerRecord",
            "SelectorProbe", "SelectorRun", "run_selector_gate"]
@@ -86,7 +86,7 @@ class SelectorCache(DynamicCache):
         ctx = WriteContext(self.request_id, layer_idx, start, EntryRole.INDEXER_KEY)
         hat = self.scheme(k, ctx)
         self.witness.setdefault(layer_idx, []).append(
-            round_up_f32(l2_norm(hat.to(torch.float64) - k.to(torch.float64)))[:, 0])
+            round_up_f32(l2_norm_upper(hat.to(torch.float64) - k.to(torch.float64)))[:, 0])
         self.exact.setdefault(layer_idx, []).append(indexer_key_states.detach())
         self.writes[layer_idx] = start + indexer_key_states.shape[1]
         out: torch.Tensor = super().update_indexer(hat[:, 0], layer_idx)
@@ -315,7 +315,7 @@ class SelectorProbe:
             return out + mask.to(torch.float64)
 
         s_hat = scores(k_hat)
-        eps_tok = scale * torch.einsum("bsh,bt->bst", gd.abs() * l2_norm(qd), w)
+        eps_tok = scale * torch.einsum("bsh,bt->bst", gd.abs() * l2_norm_upper(qd), w)
         valid = torch.isfinite(s_hat)
         eps_row = torch.where(valid, eps_tok, torch.zeros_like(eps_tok)).amax(dim=-1)
         kk = int(output.shape[-1])

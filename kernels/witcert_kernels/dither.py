@@ -29,28 +29,44 @@ Main declarations
 - :func:`dither_noise`: the dither ``xi`` for ``[kv_heads, tokens, channels]``.
 - :class:`DitherEncoding`, :func:`dither_quantize`: codes, float16 scales and the
   reconstruction for ``[batch, kv_heads, tokens, head_dim]`` keys.
-- :func:`tier_b_logit_bound`: the per-token Tier-B logit bound ``u_t`` of every query row.
+- :func:`tier_b_logit_bound`: the per-token Tier-B logit bound ``u_t`` of every query row, an
+  established :class:`~witcert_calculus.witness.LogitBound` (on its event, under
+  :data:`witcert_calculus.dither.NON_ADAPTIVE_QUERIES`,
+  :data:`witcert_calculus.dither.PHILOX_UNIFORM` and :data:`STORED_ENCODING`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Final, final
 
 import torch
 
-from witcert_calculus.dither import GRID_BITS, GRID_MEAN, GRID_STEP, PHILOX_MULTIPLIERS, \
-    PHILOX_WEYL, QMAX
+from witcert_calculus.dither import GRID_BITS, GRID_MEAN, GRID_STEP, NON_ADAPTIVE_QUERIES, \
+    PHILOX_MULTIPLIERS, PHILOX_UNIFORM, PHILOX_WEYL, QMAX
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.rounding import cast_margin, grid_mean_margin, radius_margin, \
     variance_margin
+from witcert_calculus.tiers import Assumption, Premise
 from witcert_calculus.validation import positive_int, real, uint
-from witcert_calculus.witness import RopeLayout
-from witcert_kernels.meter import band_norms
+from witcert_calculus.witness import LogitBound, RopeLayout
+from witcert_kernels.meter import _add_bounds, band_norms  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.rounding import outward
+# The shared constructions of an established bound and of its evidence (not public API).
+from witcert_calculus.dither import _tier_b_evidence  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.witness import _establish  # pyright: ignore[reportPrivateUsage]
 
-__all__ = ["DitherEncoding", "dither_noise", "dither_quantize", "philox4x32",
+__all__ = ["DitherEncoding", "STORED_ENCODING", "dither_noise", "dither_quantize", "philox4x32",
            "tier_b_logit_bound"]
+
+#: What the torch Tier-B bound takes on the caller's word: its tensors describe the store.
+STORED_ENCODING: Final = Assumption(
+    "scales are the float16 block scales the keys were quantized with (scale exactly as "
+    "stored), cast bounds the rounding of their reconstruction, and visible[i] counts every "
+    "token row i attends to",
+    reason="the torch bound receives these tensors apart from the codes, so it cannot tie "
+           "them to the stored keys; the numpy bound, given the DitheredKeys, computes them")
 
 _MASK: Final = 0xFFFFFFFF
 _M0, _M1 = PHILOX_MULTIPLIERS
@@ -216,7 +232,8 @@ def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
 
 
 def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Tensor | None, *,
-                       scale: float, delta_loc: float, visible: torch.Tensor) -> torch.Tensor:
+                       scale: float, delta_loc: float,
+                       visible: torch.Tensor) -> LogitBound[torch.Tensor]:
     """Per-token Tier-B logit bound ``u_t`` of every query row over dithered keys.
 
     ``u_t = sqrt(2 varsigma_t^2 log(2 S_row / delta_loc)) + m_t + e_t`` with the variance
@@ -226,7 +243,12 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
     :func:`witcert_calculus.dither.tier_b_logit_bound` (which has no cast term: it reads the
     float64 reconstruction), each term rounded outward with room for the sum. ``|eps_t| <=
     u_t`` for all visible tokens of a row except with probability ``delta_loc``, for
-    non-adaptive queries.
+    non-adaptive queries: the result is an established
+    :class:`~witcert_calculus.witness.LogitBound` with ``delta = delta_loc`` (per row) and the
+    assumptions :data:`witcert_calculus.dither.NON_ADAPTIVE_QUERIES`,
+    :data:`witcert_calculus.dither.PHILOX_UNIFORM` and :data:`STORED_ENCODING`. Its
+    premises on tensor contents (scales, cast and ``visible``) are computed on the device
+    and read when a reading's evidence is built.
 
     Args:
         query: ``[..., Q, d]`` query rows of the dithered logit part.
@@ -238,10 +260,11 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
         scale: the attention scale (> 0).
         delta_loc: failure probability of one row, in (0, 1).
         visible: ``[Q]`` tokens each row attends to (``S_row >= 1``, the union bound's ``S``);
-            not checked here (a hot-loop input: a zero yields NaN, which the gate rejects).
+            not checked here (a hot-loop input: a zero yields NaN, which the gate rejects,
+            and refuses the reading's evidence).
 
     Returns:
-        ``[..., Q, S]`` float64 bounds.
+        A :class:`~witcert_calculus.witness.LogitBound` of ``[..., Q, S]`` float64 bounds.
 
     Raises:
         InvalidValueError: ``nb`` not dividing ``d``, ``scale`` or ``delta_loc`` invalid.
@@ -251,8 +274,8 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
         ...                       block_size=4)
         >>> u = tier_b_logit_bound(torch.ones(1, 1, 1, 4), enc.scales, None, scale=0.5,
         ...                        delta_loc=1e-3, visible=torch.tensor([2]))
-        >>> tuple(u.shape), bool((u > 0).all())
-        ((1, 1, 1, 2), True)
+        >>> tuple(u.values.shape), bool((u.values > 0).all()), float(u.delta)
+        ((1, 1, 1, 2), True, 0.001)
     """
     q = query.to(_F64)
     s = scales.to(_F64)
@@ -281,12 +304,22 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
     mean = outward(sc * torch.einsum("...qn,...sn->...qs", q_abs, s) * GRID_MEAN,
                    gamma=mm.gamma, alpha=mm.alpha, exact=exact)
     u = radius + mean
-    if cast is None:
-        return u
-    # one band holds every channel, whatever the layout: a rigorous ||q||
-    q_norm = band_norms(q, bands=1, layout=RopeLayout.HALF_SPLIT)  # [..., Q, 1]
-    e = cast.to(_F64).unsqueeze(-2)  # [..., 1, S]
-    cm = cast_margin()
-    term = outward(sc * q_norm * e, gamma=cm.gamma, alpha=cm.alpha,
-                   exact=(q_norm == 0) | (e == 0))
-    return u + term
+    checks = [("every block scale is finite and >= 0", (torch.isfinite(s) & (s >= 0)).all()),
+              ("visible[i] >= 1 for every query row i", (visible >= 1).all())]
+    if cast is not None:
+        # one band holds every channel, whatever the layout: a rigorous ||q||
+        q_norm = band_norms(q, bands=1, layout=RopeLayout.HALF_SPLIT)  # [..., Q, 1]
+        e = cast.to(_F64).unsqueeze(-2)  # [..., 1, S]
+        cm = cast_margin()
+        term = outward(sc * q_norm * e, gamma=cm.gamma, alpha=cm.alpha,
+                       exact=(q_norm == 0) | (e == 0))
+        u = u + term
+        checks.append(("cast_t is finite and >= 0 for every token", (torch.isfinite(e) & (
+            e >= 0)).all()))
+    evidence = _tier_b_evidence(premises=(
+        Premise("scale > 0 and 0 < delta_loc < 1", sc > 0 and 0 < dl < 1),
+        Premise(f"the {nb} scale blocks tile the {d} channels", nb >= 1 and d % nb == 0)),
+        union=None, assumptions=(NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM, STORED_ENCODING))
+    return _establish(u, evidence=evidence, delta=Fraction(dl),
+                      source="witcert_kernels.dither.tier_b_logit_bound", add=_add_bounds,
+                      checks=tuple(checks))

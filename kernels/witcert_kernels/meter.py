@@ -14,35 +14,62 @@ pair indices (:func:`witcert_calculus.witness.band_channels`) and always holds b
 coordinates of its pairs, so the band norm of a rotated vector equals that of the
 unrotated one (band unitarity).
 
+Certified by construction. An adapter certifies its Tier-A readings without asserting any
+premise: ``c = logit_bound(query, witness, layout=layout, scale=scale)`` (the query itself,
+its band norms computed here) is an established
+:class:`~witcert_calculus.witness.LogitBound`; parts add (``c = c1 + c2``, rounded upward);
+``b = tv_bounds_batch(p_tilde, c, check=False)`` keeps what the bounds rest on in
+``b.basis``, and ``Reading(AttentionTV[AtConsume], value, evidence=b.basis.evidence(theorem),
+delta=b.basis.delta)`` is CERTIFIED below saturation. The premises on tensor contents are
+computed on the device when the bounds are issued and read once, when the evidence is built.
+A plain tensor for ``c`` (e.g. ``logit_bound(q_bands, witness, scale=scale)`` from band norms
+the caller computed, the older calling form) is the caller's claim: it is carried as an
+assumption (at most PARTIALLY_CERTIFIED).
+
 Main declarations
 -----------------
 - :func:`band_norms`: per-band l2 norms, rounded outward (witnesses of residuals, band
   norms of queries).
-- :func:`logit_bound`: ``c_t = scale * sum_b ||q_b|| * w_{t,b}`` (Cauchy-Schwarz per band).
-- :func:`tv_bounds_batch`: every TV form as a :class:`witcert_calculus.tv_forms.TVBatch`.
-- :func:`l2_norm`: the plain Euclidean norm (for reports, not a bound).
+- :func:`logit_bound`: ``c_t = scale * sum_b ||q_b|| * w_{t,b}`` (Cauchy-Schwarz per band),
+  an established :class:`~witcert_calculus.witness.LogitBound` holding a tensor.
+- :func:`tv_bounds_batch`: every TV form as a :class:`witcert_calculus.tv_forms.TVBatch`,
+  with the :class:`~witcert_calculus.tv_forms.TVBasis` its readings' evidence comes from.
+- :func:`l2_norm_upper`: the Euclidean norm as an upper bound; :func:`l2_norm`, the plain
+  norm (for reports, not a bound).
+- :func:`output_error_bound`: the attention-output error from TV and value residuals.
 - :func:`round_up_f32`: sound storage of a nonnegative float64 bound in float32.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
 from functools import lru_cache
+from typing import overload
 
 import numpy as np
 import torch
 
-from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.rounding import TINY, band_norm_margin, logit_margin, tanh_margin, \
-    tv_margin
+from witcert_calculus.errors import ForgedBoundError, InvalidValueError
+from witcert_calculus.rounding import TINY, band_norm_margin, dot_margin, logit_margin, \
+    sum_margin, tanh_margin, tv_margin
 from witcert_calculus.tv_forms import TVBatch
 from witcert_calculus.validation import positive_int, real
-from witcert_calculus.witness import RopeLayout, band_channels
-from witcert_kernels.rounding import outward
+from witcert_calculus.witness import ESTABLISHERS, LogitBound, RopeLayout, band_channels, \
+    is_established
+from witcert_kernels.rounding import add_up, outward
+# The shared constructions of an established bound and of a TV basis (not public API: only
+# the establishing functions and the TV forms use them).
+from witcert_calculus.tv_forms import _basis  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.witness import _WITNESS_PREMISE  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.witness import _establish  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.witness import _tier_a_evidence  # pyright: ignore[reportPrivateUsage]
 
 __all__ = [
     "band_norms",
     "l2_norm",
+    "l2_norm_upper",
     "logit_bound",
+    "output_error_bound",
     "round_up_f32",
     "tv_bounds_batch",
 ]
@@ -103,6 +130,61 @@ def band_norms(x: torch.Tensor, *, bands: int, layout: RopeLayout) -> torch.Tens
                    exact=band_max == 0)
 
 
+def l2_norm_upper(x: torch.Tensor) -> torch.Tensor:
+    """Euclidean norm over the last dimension, a rigorous float64 upper bound.
+
+    The band norm of a single band (:func:`band_norms` with ``bands=1``: every channel,
+    whatever the layout), with its margins; for norms that enter a bound (residual and
+    value witnesses, the query norm of a score bridge).
+
+    Raises:
+        InvalidValueError: if the last dimension is odd (it holds rotary pairs).
+
+    Example:
+        >>> float(l2_norm_upper(torch.tensor([3.0, 4.0]))) >= 5.0
+        True
+    """
+    return band_norms(x, bands=1, layout=RopeLayout.HALF_SPLIT)[..., 0]
+
+
+def output_error_bound(tv: torch.Tensor, *, value_norm_max: torch.Tensor,
+                       p_tilde: torch.Tensor, rho: torch.Tensor) -> torch.Tensor:
+    """``2 min(1, tv) max_t ||v_t|| + sum_t p~_t rho_t``, batched and rounded outward.
+
+    The torch twin of :func:`witcert_calculus.output_bound.output_error_bound` (Lean:
+    ``WitCert.Meters.output_error_bound_vector_sound``): the float64 sum of products
+    carries :func:`witcert_calculus.rounding.dot_margin`, the combination
+    :func:`witcert_calculus.rounding.sum_margin` of two terms.
+
+    Args:
+        tv: ``[...]`` upper bounds of ``TV(p, p~)`` (a bound above 1 counts as 1, the range
+            of total variation).
+        value_norm_max: broadcastable to ``tv``: upper bounds of ``max_t ||v_t||``.
+        p_tilde: ``[..., S]`` compressed attention (renormalised here in float64).
+        rho: broadcastable to ``p_tilde``: upper bounds of ``||v_t - v^_t||``.
+
+    Returns:
+        ``[...]`` float64 upper bounds of ``||y - y^||``.
+
+    Example:
+        >>> f64 = torch.float64
+        >>> b = output_error_bound(torch.tensor(0.1, dtype=f64),
+        ...                        value_norm_max=torch.tensor(2.0, dtype=f64),
+        ...                        p_tilde=torch.tensor([0.5, 0.5], dtype=f64),
+        ...                        rho=torch.tensor([0.0, 0.2], dtype=f64))
+        >>> 0.5 <= float(b) < 0.5 + 1e-12
+        True
+    """
+    p = p_tilde.to(_F64)
+    p = p / p.sum(dim=-1, keepdim=True)
+    terms = p * rho.to(_F64)
+    dm = dot_margin(int(p.shape[-1]))
+    s = outward(terms.sum(dim=-1), gamma=dm.gamma, alpha=dm.alpha, exact=~(terms > 0).any(dim=-1))
+    total = 2.0 * torch.clamp(tv.to(_F64), max=1.0) * value_norm_max.to(_F64) + s
+    sm = sum_margin(2)
+    return outward(total, gamma=sm.gamma, alpha=sm.alpha, exact=total == 0)
+
+
 def l2_norm(x: torch.Tensor) -> torch.Tensor:
     """Euclidean norm over the last dimension, rounded to nearest (a report, not a bound).
 
@@ -132,38 +214,78 @@ def round_up_f32(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def logit_bound(q_bands: torch.Tensor, witness: torch.Tensor, *, scale: float) -> torch.Tensor:
+@overload
+def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
+                layout: RopeLayout) -> LogitBound[torch.Tensor]: ...
+@overload
+def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
+                layout: None = None) -> torch.Tensor: ...
+
+
+def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
+                layout: RopeLayout | None = None) -> LogitBound[torch.Tensor] | torch.Tensor:
     """Per-token logit error bound ``c_t = scale * sum_b ||q_b|| * w_{t,b}``, rounded outward.
 
-    The formula and margins of :func:`witcert_calculus.witness.logit_bound`
+    The torch twin of :func:`witcert_calculus.witness.logit_bound`: its formula and margins
     (:func:`witcert_calculus.rounding.logit_margin`); an overflowed witness that meets an
     exactly zero query band contributes 0, as its exact product does.
 
+    With ``layout``, the first argument is the query: its band norms are computed here
+    (:func:`band_norms`, over the witness's bands) and the result is an established
+    :class:`~witcert_calculus.witness.LogitBound` (Lean ``WitCert.Witness.logit_bound_sound``;
+    the TV forms take it as proved). That the witness is ``>= 0`` is computed on the device
+    (no host sync) and read when a reading's evidence is built. Without ``layout`` (the
+    older form), the first argument holds band norms the caller computed and the result is
+    a plain tensor: the caller's claim, assumed by the TV forms.
+
     Args:
-        q_bands: ``[..., B]`` band norms of the query (from :func:`band_norms`).
+        query: ``[..., d]`` the query (with ``layout``), or ``[..., B]`` its band norms
+            (without).
         witness: ``[..., S, B]`` band witnesses of the key residuals (leading dimensions
-            broadcast against those of ``q_bands``).
+            broadcast against those of the query).
         scale: the attention's softmax scale (positive, finite).
+        layout: the rotary layout of the query and the witness.
 
     Returns:
-        ``[..., S]`` float64 bounds ``c_t >= |eps_t|``.
+        With ``layout``, a :class:`~witcert_calculus.witness.LogitBound` whose ``values`` are
+        ``[..., S]`` float64 bounds ``c_t >= |eps_t|`` (``delta = 0``); without, the
+        ``[..., S]`` tensor itself.
 
     Raises:
-        InvalidValueError: ``scale`` not positive and finite.
+        InvalidValueError: ``scale`` not positive and finite, or bands that do not fit
+            the query.
 
     Example:
-        >>> c = logit_bound(torch.tensor([2.0]), torch.tensor([[0.5]]), scale=0.5)
-        >>> 0.5 <= c.item() < 0.5 + 1e-15
-        True
+        >>> w = torch.tensor([[0.5]], dtype=torch.float64)
+        >>> c = logit_bound(torch.tensor([2.0, 0.0]), w, layout=RopeLayout.INTERLEAVED,
+        ...                 scale=0.5)
+        >>> 0.5 <= c.values.item() < 0.5 + 1e-14, c.assumptions
+        (True, ())
     """
     sc = real("scale", scale, lo=0.0, lo_open=True)
+    nb = int(witness.shape[-1])
+    q_bands = query if layout is None else band_norms(query, bands=nb, layout=layout)
     qb = q_bands.to(_F64).unsqueeze(-2)
     w = witness.to(_F64)
     prod = qb * w
     prod = torch.where(torch.isnan(prod), 0.0, prod)  # inf * 0: the exact product is 0
-    margin = logit_margin(int(w.shape[-1]), scale=sc)
+    margin = logit_margin(nb, scale=sc)
     exact = (w == 0).all(dim=-1) | (qb == 0).all(dim=-1)
-    return outward(prod.sum(dim=-1) * sc, gamma=margin.gamma, alpha=margin.alpha, exact=exact)
+    values = outward(prod.sum(dim=-1) * sc, gamma=margin.gamma, alpha=margin.alpha, exact=exact)
+    if layout is None:
+        return values
+    evidence = _tier_a_evidence(scale=sc, bands=nb, query_bands=int(qb.shape[-1]),
+                                witness_ok=None)
+    return _establish(values, evidence=evidence, delta=Fraction(0),
+                      source="witcert_kernels.meter.logit_bound", add=_add_bounds,
+                      checks=((_WITNESS_PREMISE, (w >= 0).all()),))
+
+
+def _add_bounds(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.shape != b.shape:
+        raise InvalidValueError("c", f"bounds of shapes {tuple(a.shape)} and {tuple(b.shape)}",
+                                "must bound the same tokens (equal shapes) to be added")
+    return add_up(a, b)
 
 
 # --------------------------------------------------------------------------- TV forms
@@ -209,7 +331,7 @@ def _retention_raw(p: torch.Tensor, c: torch.Tensor, log_a: torch.Tensor,
     return 0.5 * torch.where(p > 0, p * per, 0.0).sum(dim=-1)
 
 
-def tv_bounds_batch(p_tilde: torch.Tensor, c: torch.Tensor, *,
+def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tensor, *,
                     check: bool = True) -> TVBatch[torch.Tensor]:
     """Every Tier-A bound on ``TV(p, p_tilde)`` from per-token logit bounds, in the log domain.
 
@@ -222,29 +344,48 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: torch.Tensor, *,
     Args:
         p_tilde: ``[..., S]`` compressed attention (rows summing to 1; renormalised here
             in float64 so float32 rounding of the row sum does not bias the bound).
-        c: ``[..., S]`` nonnegative logit bounds (``inf`` allowed).
+        c: ``[..., S]`` nonnegative logit bounds (``inf`` allowed): an established
+            :class:`~witcert_calculus.witness.LogitBound` (from :func:`logit_bound`,
+            ``witcert_kernels.dither.tier_b_logit_bound`` or their sums), whose premise holds
+            by construction, or a plain tensor of the caller's, whose premise is the
+            assumption :data:`witcert_calculus.witness.CALLER_LOGIT_BOUND`.
         check: validate the inputs here (two host synchronisations). A caller in a hot
-            loop passes ``False`` and validates the outputs once per run instead (a NaN or
-            negative input yields a NaN or negative bound, which the acceptance gate's
-            magnitude stage rejects).
+            loop passes ``False``: the same checks are then computed on the device and
+            read when ``basis.evidence(...)`` builds a reading's evidence (a bad input
+            refuses the evidence with a ``PremiseError``); a NaN or negative input also
+            yields a NaN or negative bound, which the acceptance gate's magnitude stage
+            rejects.
 
     Returns:
-        A :class:`~witcert_calculus.tv_forms.TVBatch` of ``[...]`` float64 tensors.
+        A :class:`~witcert_calculus.tv_forms.TVBatch` of ``[...]`` float64 tensors, with the
+        :class:`~witcert_calculus.tv_forms.TVBasis` of its readings.
 
     Raises:
-        InvalidValueError: negative or NaN entries in ``p_tilde`` or ``c``.
+        ForgedBoundError: a ``LogitBound`` that no establishing function produced.
+        InvalidValueError: negative or NaN entries in ``p_tilde`` or ``c``, or shapes that
+            differ.
 
     Example:
         >>> b = tv_bounds_batch(torch.tensor([0.5, 0.5]), torch.tensor([0.0, 0.0]))
-        >>> float(b.meter)
-        0.0
+        >>> float(b.meter), b.basis.assumptions[0].statement[:14]
+        (0.0, 'c_t >= |eps_t|')
     """
+    if isinstance(c, LogitBound) and not is_established(c):
+        raise ForgedBoundError("LogitBound", ESTABLISHERS)
+    cv = c.values if isinstance(c, LogitBound) else c
     p = p_tilde.to(_F64)
-    cc = c.to(_F64)
+    cc = cv.to(_F64)
+    if tuple(cc.shape) != tuple(p.shape):
+        raise InvalidValueError("c", f"tensor of shape {tuple(cc.shape)}",
+                                f"must have the shape of p_tilde {tuple(p.shape)}")
     if check and (bool(torch.isnan(p).any()) or bool((p < 0).any())):
         raise InvalidValueError("p_tilde", "tensor", "must be nonnegative and not NaN")
     if check and (bool(torch.isnan(cc).any()) or bool((cc < 0).any())):
         raise InvalidValueError("c", "tensor", "must be nonnegative and not NaN")
+    checks = (("p_tilde rows are finite and nonnegative with a positive sum (renormalized "
+               "here to probability vectors)",
+               torch.isfinite(p).all() & (p >= 0).all() & (p.sum(dim=-1) > 0).all()),
+              ("c_t >= 0 for every token t, not NaN (inf allowed)", (cc >= 0).all()))
     p = p / p.sum(dim=-1, keepdim=True)
     la = _log_a_plus(p, cc)
     lm = _log_a_minus(p, cc)
@@ -260,4 +401,4 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: torch.Tensor, *,
     tm = tanh_margin()
     th = outward(th, gamma=tm.gamma, alpha=tm.alpha, exact=(th == 0) | (th >= 1.0))
     return TVBatch(eform=e, two_sided=t, retention=r, meter=torch.minimum(e, t), tanh_max=th,
-                   log_a=la, log_a_minus=lm)
+                   log_a=la, log_a_minus=lm, basis=_basis(c, checks))

@@ -8,13 +8,14 @@ so that the torch meters are outward with the very same margins.
 Main declarations:
 
 - :func:`outward`: the rule on float64 tensors.
+- :func:`add_up`: the sum of two bounds, rounded upward.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["outward"]
+__all__ = ["add_up", "outward"]
 
 
 def outward(value: torch.Tensor, *, gamma: torch.Tensor | float, alpha: torch.Tensor | float,
@@ -43,3 +44,18 @@ def outward(value: torch.Tensor, *, gamma: torch.Tensor | float, alpha: torch.Te
     if exact is not None:
         keep = keep | exact
     return torch.where(keep, value, up)
+
+
+def add_up(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a + b`` rounded upward, as :func:`witcert_calculus.rounding.add_up` does on arrays.
+
+    Example:
+        >>> add_up(torch.tensor([1.0], dtype=torch.float64),
+        ...        torch.tensor([2.0**-60], dtype=torch.float64)).tolist()
+        [1.0000000000000002]
+    """
+    s = a + b
+    bv = s - a
+    err = (a - (s - bv)) + (b - bv)
+    up = torch.nextafter(s, torch.full_like(s, float("inf")))
+    return torch.where(torch.isfinite(s) & (err > 0), up, s)

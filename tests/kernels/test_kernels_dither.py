@@ -101,14 +101,14 @@ def test_tier_b_logit_bound_matches_the_numpy_reference(seed: int, block: int, m
     visible = torch.tensor([6, 8, 11])  # a union over at least the stored tokens
     scale = d ** -0.5
     got = tier_b_logit_bound(torch.from_numpy(q), enc.scales, None, scale=scale,
-                             delta_loc=delta, visible=visible).numpy()
+                             delta_loc=delta, visible=visible).values.numpy()
     for h in range(2):
         stored = ref.dither_quantize(x[0, h], key=ref.DitherKey(3, 1, h), tokens=np.arange(s),
                                      block_size=block, layout=RopeLayout.HALF_SPLIT)
         assert np.array_equal(enc.scales[0, h].numpy(), stored.scales)
         for i in range(rows):
             want = ref.tier_b_logit_bound(q[0, h, i], stored, scale=scale, delta_loc=delta,
-                                          tokens=int(visible[i]))
+                                          tokens=int(visible[i])).values
             np.testing.assert_allclose(got[0, h, i], want, rtol=1e-13, atol=0)
     assert (got[0, 1, :, 2] == 0).all() and (got[0, 0, 1] == 0).all()
 
@@ -126,7 +126,8 @@ def test_tier_b_bound_with_cast_term_is_above_the_exact_value() -> None:
                           block_size=8)
     cast = torch.rand(1, 1, 5, generator=g, dtype=torch.float64) * 1e-4
     scale, delta, visible = 0.25, 1e-4, torch.tensor([5, 7])
-    got = tier_b_logit_bound(q, enc.scales, cast, scale=scale, delta_loc=delta, visible=visible)
+    got = tier_b_logit_bound(q, enc.scales, cast, scale=scale, delta_loc=delta,
+                             visible=visible).values
     s = enc.scales.to(torch.float64)
     with mp.workdps(50):
         for i in range(2):
@@ -146,3 +147,40 @@ def test_tier_b_bound_with_cast_term_is_above_the_exact_value() -> None:
                 assert float(got[0, 0, i, t]) <= float(exact) * (1 + 1e-13)
     with pytest.raises(InvalidValueError, match="delta_loc"):
         tier_b_logit_bound(q, enc.scales, None, scale=0.25, delta_loc=1.0, visible=visible)
+
+
+def test_the_torch_tier_b_bound_carries_its_event_and_its_assumptions() -> None:
+    from fractions import Fraction
+
+    from witcert_calculus import AtConsume, AttentionTV, Reading
+    from witcert_calculus.dither import NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM
+    from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+    from witcert_calculus.tiers import Tier
+    from witcert_calculus.witness import is_established
+    from witcert_kernels.dither import STORED_ENCODING, tier_b_logit_bound
+    from witcert_kernels.meter import band_norms, logit_bound, tv_bounds_batch
+
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(1, 1, 2, 16, generator=g, dtype=torch.float64)
+    enc = dither_quantize(torch.randn(1, 1, 5, 16, generator=g), request=0, layer=0, start=0,
+                          block_size=8)
+    u = tier_b_logit_bound(q, enc.scales, None, scale=0.25, delta_loc=1e-4,
+                           visible=torch.tensor([5, 5]))
+    assert is_established(u) and u.delta == Fraction(1e-4)
+    assert u.source == "witcert_kernels.dither.tier_b_logit_bound"
+    assert u.assumptions == (NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM, STORED_ENCODING)
+    w = band_norms(torch.randn(1, 1, 5, 16, generator=g, dtype=torch.float64) * 1e-3, bands=2,
+                   layout=RopeLayout.HALF_SPLIT).unsqueeze(2)
+    a = logit_bound(q, w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
+    both = a + u
+    p = torch.softmax(torch.randn(1, 1, 2, 5, generator=g, dtype=torch.float64), dim=-1)
+    b = tv_bounds_batch(p, both, check=False)
+    r = Reading(AttentionTV[AtConsume], float(b.meter.max()),
+                evidence=b.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND), delta=b.basis.delta)
+    assert r.tier is Tier.PARTIALLY_CERTIFIED and r.delta == Fraction(1e-4)
+    assert r.assumptions == u.assumptions
+    bad = tier_b_logit_bound(q, enc.scales, None, scale=0.25, delta_loc=1e-4,
+                             visible=torch.tensor([0, 5]))
+    from witcert_calculus.errors import PremiseError
+    with pytest.raises(PremiseError, match="visible"):
+        tv_bounds_batch(p, bad, check=False).basis.evidence(TV_EFORM_SOUND)

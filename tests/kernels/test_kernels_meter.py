@@ -145,7 +145,7 @@ def test_unequal_bands_and_logit_bound_match_numpy(layout: RopeLayout) -> None:
     assert np.allclose(w.numpy(), witness.band_witness(r.numpy(), bands=3, layout=layout),
                        rtol=1e-15, atol=0)
     c = logit_bound(qb, w, scale=40 ** -0.5)
-    want = witness.logit_bound(q.numpy(), w.numpy(), layout=layout, scale=40 ** -0.5)
+    want = witness.logit_bound(q.numpy(), w.numpy(), layout=layout, scale=40 ** -0.5).values
     assert np.allclose(c.numpy(), want, rtol=1e-15, atol=0)
     assert float(c[2]) == 0.0 and float(want[2]) == 0.0  # an exact zero stays exact
     assert bool((c >= (40 ** -0.5 * (r @ q)).abs()).all())
@@ -156,3 +156,170 @@ def test_band_norms_take_a_rope_layout_only() -> None:
 
     with pytest.raises(InvalidValueError, match="layout"):
         band_norms(torch.ones(4), bands=1, layout="half_split")  # type: ignore[arg-type]
+
+
+@settings(max_examples=60)
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2**31 - 1))
+def test_output_error_bound_matches_numpy_and_bounds_the_exact_value(
+        rows: int, tokens: int, seed: int) -> None:
+    from fractions import Fraction
+
+    from witcert_calculus.output_bound import output_error_bound as ref
+    from witcert_kernels.meter import output_error_bound
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.ones(tokens), size=rows)
+    rho = rng.exponential(0.05, size=(rows, tokens)) * (rng.random((rows, tokens)) < 0.7)
+    tv = rng.uniform(0.0, 1.5, size=rows)
+    vmax = rng.uniform(0.0, 5.0, size=rows)
+    got = output_error_bound(torch.tensor(tv), value_norm_max=torch.tensor(vmax),
+                             p_tilde=torch.tensor(p), rho=torch.tensor(rho))
+    for i in range(rows):
+        pn = [Fraction(x) for x in p[i]]
+        total = sum(pn, Fraction(0))
+        exact = 2 * min(Fraction(1), Fraction(tv[i])) * Fraction(vmax[i]) + sum(
+            (a / total) * Fraction(r) for a, r in zip(pn, rho[i], strict=True))
+        assert Fraction(float(got[i])) >= exact
+        want = ref(float(tv[i]), value_norm_max=float(vmax[i]), p_tilde=p[i], rho=rho[i])
+        assert float(got[i]) == pytest.approx(want, rel=1e-12, abs=1e-300)
+
+
+@settings(max_examples=60)
+@given(st.integers(1, 32), st.integers(0, 2**31 - 1), st.sampled_from([1e-300, 1e-5, 1.0, 1e200]))
+def test_l2_norm_upper_never_undershoots(half: int, seed: int, scale: float) -> None:
+    import mpmath
+
+    from witcert_kernels.meter import l2_norm_upper
+    x = np.random.default_rng(seed).standard_normal((3, 2 * half)) * scale
+    got = l2_norm_upper(torch.tensor(x))
+    with mpmath.workdps(60):
+        for row, g in zip(x, got.tolist(), strict=True):
+            exact = mpmath.sqrt(mpmath.fsum(mpmath.mpf(v) ** 2 for v in row))
+            assert mpmath.mpf(g) >= exact
+            assert g <= float(exact) * (1 + 1e-12) + 1e-300
+
+
+# ----------------------------------------------------------------------------- by construction
+
+def _tier_a(layout: RopeLayout = RopeLayout.HALF_SPLIT, seed: int = 6
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 3, 4, 16, generator=g, dtype=torch.float64)  # [B, H, Q, d]
+    r = torch.randn(2, 3, 5, 16, generator=g, dtype=torch.float64) * 1e-3  # [B, H, S, d]
+    w = band_norms(r, bands=4, layout=layout).unsqueeze(2)  # [B, H, 1, S, B]
+    return q, r, w
+
+
+def test_the_torch_logit_bound_is_established_from_the_query() -> None:
+    from witcert_calculus.tiers import Tier, decide_tier
+    from witcert_calculus.witness import LogitBound, is_established
+
+    for layout in (RopeLayout.HALF_SPLIT, RopeLayout.INTERLEAVED):
+        q, r, w = _tier_a(layout)
+        c = logit_bound(q, w, layout=layout, scale=0.25)
+        assert isinstance(c, LogitBound) and is_established(c) and c.delta == 0
+        assert c.source == "witcert_kernels.meter.logit_bound"
+        assert decide_tier(c.evidence) is Tier.CERTIFIED and c.assumptions == ()
+        assert tuple(c.values.shape) == (2, 3, 4, 5)
+        eps = 0.25 * torch.einsum("bhqd,bhsd->bhqs", q, r)
+        assert bool((c.values >= eps.abs()).all())
+        # the same numbers as the band-norm form and as numpy, query by query
+        old = logit_bound(band_norms(q, bands=4, layout=layout), w, scale=0.25)
+        assert torch.equal(old, c.values)
+        want = witness.logit_bound(q[1, 2, 3].numpy(), w[1, 2, 0].numpy(), layout=layout,
+                                   scale=0.25).values
+        assert np.allclose(c.values[1, 2, 3].numpy(), want, rtol=1e-15, atol=0)
+
+
+def test_band_norms_from_the_caller_give_a_plain_tensor_that_is_assumed() -> None:
+    from witcert_calculus import AtConsume, AttentionTV, Reading
+    from witcert_calculus.theorems import TV_EFORM_SOUND
+    from witcert_calculus.tiers import Tier
+    from witcert_calculus.witness import CALLER_LOGIT_BOUND, LogitBound
+
+    q, _, w = _tier_a()
+    c = logit_bound(band_norms(q, bands=4, layout=RopeLayout.HALF_SPLIT), w, scale=0.25)
+    assert isinstance(c, torch.Tensor) and not isinstance(c, LogitBound)
+    p = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), dim=-1)
+    b = tv_bounds_batch(p, c)
+    r = Reading(AttentionTV[AtConsume], float(b.meter.max()),
+                evidence=b.basis.evidence(TV_EFORM_SOUND))
+    assert r.tier is Tier.PARTIALLY_CERTIFIED and r.assumptions == (CALLER_LOGIT_BOUND,)
+
+
+def test_torch_tv_readings_are_certified_by_construction() -> None:
+    from witcert_calculus import AtConsume, AttentionTV, Reading
+    from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+    from witcert_calculus.tiers import Tier
+    from witcert_calculus.witness import CALLER_LOGIT_BOUND
+
+    q, _, w = _tier_a()
+    c = logit_bound(q, w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
+    p = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), dim=-1)
+    for check in (True, False):
+        b = tv_bounds_batch(p, c, check=check)
+        worst = float(b.meter.max())
+        for theorems in ((TV_EFORM_SOUND,), (TV_TWO_SIDED_SOUND,),
+                         (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)):
+            r = Reading(AttentionTV[AtConsume], worst, evidence=b.basis.evidence(*theorems),
+                        delta=b.basis.delta)
+            assert r.tier is Tier.CERTIFIED and r.assumptions == ()
+        # a plain tensor is the caller's claim
+        plain = tv_bounds_batch(p, c.values.clone(), check=check)
+        assert torch.equal(plain.meter, b.meter)
+        r = Reading(AttentionTV[AtConsume], worst, evidence=plain.basis.evidence(TV_EFORM_SOUND))
+        assert r.tier is Tier.PARTIALLY_CERTIFIED and r.assumptions == (CALLER_LOGIT_BOUND,)
+
+
+def test_unchecked_inputs_are_checked_when_the_evidence_is_built() -> None:
+    """check=False defers the premises (no host sync in the hot loop); a bad input then
+    refuses the evidence instead of certifying it."""
+    from witcert_calculus.errors import PremiseError
+    from witcert_calculus.theorems import TV_EFORM_SOUND
+
+    q, _, w = _tier_a()
+    c = logit_bound(q, w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
+    p = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), dim=-1)
+    p[0, 0, 0, 0] = -0.5
+    b = tv_bounds_batch(p, c, check=False)
+    with pytest.raises(PremiseError, match="p_tilde"):
+        b.basis.evidence(TV_EFORM_SOUND)
+    bad_w = w.clone()
+    bad_w[0, 0, 0, 1, 2] = -1.0  # a corrupted witness
+    cb = logit_bound(q, bad_w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
+    good_p = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), dim=-1)
+    with pytest.raises(PremiseError, match="w\\[t, b\\] >= 0"):
+        tv_bounds_batch(good_p, cb, check=False).basis.evidence(TV_EFORM_SOUND)
+
+
+def test_torch_bounds_add_outward_and_a_plain_tensor_drops_the_provenance() -> None:
+    from witcert_calculus.witness import LogitBound, is_established
+
+    q, _, w = _tier_a()
+    c1 = logit_bound(q, w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
+    c2 = logit_bound(q * 2, w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
+    total = c1 + c2
+    assert is_established(total) and total.delta == 0
+    assert bool((total.values >= c1.values + c2.values).all())
+    assert bool((total.values <= torch.nextafter(c1.values + c2.values,
+                                                  torch.tensor(float("inf")))).all())
+    plain = torch.zeros_like(c1.values) + c1
+    assert isinstance(plain, torch.Tensor) and not isinstance(plain, LogitBound)
+    assert torch.equal(plain, c1.values)
+    with pytest.raises(TypeError, match="pickle"):
+        import pickle
+        pickle.dumps(c1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_add_up_is_bit_identical(seed: int) -> None:
+    from witcert_calculus.rounding import add_up as np_add_up
+    from witcert_kernels.rounding import add_up as torch_add_up
+
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0, 1, size=50) * 10.0 ** rng.uniform(-300, 300, size=50)
+    b = rng.uniform(0, 1, size=50) * 10.0 ** rng.uniform(-300, 300, size=50)
+    a[:3] = (0.0, np.inf, 1.0)
+    want = np_add_up(a, b)
+    got = torch_add_up(torch.from_numpy(a), torch.from_numpy(b))
+    assert np.array_equal(got.numpy(), want)
