@@ -151,7 +151,7 @@ class ReadStep:
 
     Attributes:
         rows: query rows metered (``Q``).
-        meter / one_sided / two_sided: the raw min-form TV bound and its two forms.
+        meter / eform / two_sided: the raw min-form TV bound and its two forms.
         c_max: ``max_t c_t`` per cell.
         positions: the call's query positions ``[Q]``.
         q_norm: the largest norm of the first logit slot's query (a 0-d tensor).
@@ -162,7 +162,7 @@ class ReadStep:
 
     rows: int
     meter: torch.Tensor
-    one_sided: torch.Tensor
+    eform: torch.Tensor
     two_sided: torch.Tensor
     c_max: torch.Tensor
     positions: torch.Tensor
@@ -321,7 +321,7 @@ class LayerLog:
             bounds = [s.out_bound for s in steps if s.out_bound is not None]
             read = ReadRecord(
                 self.reads, meter=_cat_np([s.meter for s in steps]),
-                one_sided=_cat_np([s.one_sided for s in steps]),
+                eform=_cat_np([s.eform for s in steps]),
                 two_sided=_cat_np([s.two_sided for s in steps]),
                 c_max=_cat_np([s.c_max for s in steps]),
                 positions=torch.cat([s.positions for s in steps]).numpy(),

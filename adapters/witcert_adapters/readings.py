@@ -82,7 +82,7 @@ def layer_readings(run: LiveRun, *, chains: Mapping[int, DenseChain] | None = No
         flat = int(np.argmax(raw))
         cell = tuple(int(i) for i in np.unravel_index(flat, raw.shape))
         value = float(raw.reshape(-1)[flat])
-        eform_wins = float(read.one_sided.reshape(-1)[flat]) <= float(
+        eform_wins = float(read.eform.reshape(-1)[flat]) <= float(
             read.two_sided.reshape(-1)[flat])
         # The logit bounds were established from the stored witnesses and the live queries
         # (witcert_kernels.meter.logit_bound); each call's computed premises are read here.

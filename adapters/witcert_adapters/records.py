@@ -61,7 +61,7 @@ class ReadRecord:
     Attributes:
         rows: query rows metered.
         meter: raw min-form TV bound ``[B, H, T]`` (``inf`` = overflow, reported as saturation).
-        one_sided / two_sided: the two forms behind :attr:`meter`.
+        eform / two_sided: the two forms behind :attr:`meter`.
         c_max: ``max_t c_t`` per cell (the logit sup-norm bound).
         positions: the query positions ``[T]`` (int64).
         q_norm_max: the largest norm of the first logit slot's query (an input of the
@@ -73,7 +73,7 @@ class ReadRecord:
 
     rows: int
     meter: FloatArray
-    one_sided: FloatArray
+    eform: FloatArray
     two_sided: FloatArray
     c_max: FloatArray
     positions: IntArray
