@@ -100,6 +100,7 @@ from witcert_calculus.tiers import (
 )
 
 if TYPE_CHECKING:
+    from witcert_calculus.changepoint import EDetector
     from witcert_calculus.bridges import (
         empirical_ratio_bridge,
         Pooling,
@@ -219,6 +220,7 @@ _LAZY: dict[str, str] = {
     "DispersionCounterexample": "witcert_calculus.dispersion",
     "DitherKey": "witcert_calculus.dither",
     "DitheredKeys": "witcert_calculus.dither",
+    "EDetector": "witcert_calculus.changepoint",
     "EProcess": "witcert_calculus.eprocess",
     "EProcessState": "witcert_calculus.eprocess",
     "EmpiricalPolicy": "witcert_calculus.records",
@@ -327,6 +329,7 @@ __all__ = [
     "DispersionCounterexample",
     "DitherKey",
     "DitheredKeys",
+    "EDetector",
     "EProcess",
     "EProcessState",
     "EmpiricalPolicy",
