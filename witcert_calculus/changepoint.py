@@ -43,14 +43,12 @@ from typing import final
 import numpy as np
 import numpy.typing as npt
 
-from witcert_calculus.eprocess import log_factors
+from witcert_calculus.eprocess import log_factors, observation_batch
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.validation import positive_int, unit_rational
+from witcert_calculus.rounding import STEP_SLACK
+from witcert_calculus.validation import open_level, positive_finite, positive_int
 
 __all__ = ["EDetector", "run_lengths"]
-
-_ROUND = 2.0**-50  # per-step relative rounding slack, as in eprocess
-
 
 @final
 class EDetector:
@@ -79,12 +77,8 @@ class EDetector:
                  "_threshold", "_value")
 
     def __init__(self, *, alpha: float | Fraction, kappa: float = 0.5) -> None:
-        a = float(unit_rational("alpha", alpha, open_interval=True))
-        if not 0.0 < a < 1.0:
-            raise InvalidValueError("alpha", alpha, "must lie in the open interval (0, 1)")
-        k = float(kappa)
-        if not (math.isfinite(k) and k > 0):
-            raise InvalidValueError("kappa", kappa, "must be finite and > 0")
+        a = open_level("alpha", alpha)
+        k = positive_finite("kappa", kappa)
         self._alpha = a
         self._kappa = k
         self._pen4 = 4.0 * k * k
@@ -155,17 +149,7 @@ class EDetector:
         Raises:
             InvalidValueError: as :meth:`observe`; nothing is folded in when any value is bad.
         """
-        wa = np.atleast_1d(np.asarray(w, dtype=np.float64))
-        if wa.ndim != 1:
-            raise InvalidValueError("w", wa.shape, "must be a one-dimensional stream")
-        try:
-            lf = log_factors(wa, m, c, kappa=self._kappa)
-        except ValueError as exc:
-            if isinstance(exc, InvalidValueError):
-                raise
-            raise InvalidValueError("m, c", "shapes", f"must broadcast against w ({exc})") from None
-        if lf.shape != wa.shape:
-            raise InvalidValueError("m, c", lf.shape, f"must broadcast to the shape of w {wa.shape}")
+        lf = log_factors(*observation_batch(w, m, c), kappa=self._kappa)
         value, slack, steps, restarts = self._value, self._slack, self._steps, self._restarts
         alarm = self._alarm_step
         threshold, pen4 = self._threshold, self._pen4
@@ -177,7 +161,7 @@ class EDetector:
                     slack = 0.0
                 value = 0.0
             value = value + x
-            slack = slack + _ROUND * (abs(x) + pen4 + abs(value))
+            slack = slack + STEP_SLACK * (abs(x) + pen4 + abs(value))
             if alarm is None and value - slack >= threshold:
                 alarm = steps
         self._value, self._slack, self._steps, self._restarts = value, slack, steps, restarts

@@ -43,7 +43,8 @@ import numpy.typing as npt
 
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.theorems import VILLE_FINITE_TREE
-from witcert_calculus.validation import unit_rational
+from witcert_calculus.rounding import STEP_SLACK
+from witcert_calculus.validation import open_level, positive_finite
 
 __all__ = [
     "EProcess",
@@ -58,23 +59,15 @@ __all__ = [
 VILLE_THEOREM: Final = VILLE_FINITE_TREE
 """Lean theorem behind the anytime false-alarm guarantee."""
 
-_ROUND = 2.0**-50  # 8 units in the last place of a float64: per-step relative rounding slack
-
 FloatArray = npt.NDArray[np.float64]
 
 
 def _check_kappa(kappa: float) -> float:
-    k = float(kappa)
-    if not (math.isfinite(k) and k > 0):
-        raise InvalidValueError("kappa", kappa, "must be finite and > 0")
-    return k
+    return positive_finite("kappa", kappa)
 
 
 def _check_delta(delta: float | Fraction) -> float:
-    d = float(unit_rational("delta", delta, open_interval=True))
-    if not 0.0 < d < 1.0:  # a Fraction that rounds to 0.0 or 1.0
-        raise InvalidValueError("delta", delta, "must lie in the open interval (0, 1)")
-    return d
+    return open_level("delta", delta)
 
 
 def _log_factor(w: float, m: float, c: float, kappa: float) -> float:
@@ -364,7 +357,7 @@ class EProcess:
         self._steps += 1
         self._log_value = self._log_value + lf
         # |log g| <= |lf| + 4 kappa^2 bounds the magnitude of every intermediate term.
-        self._slack = self._slack + _ROUND * (abs(lf) + self._pen4 + abs(self._log_value))
+        self._slack = self._slack + STEP_SLACK * (abs(lf) + self._pen4 + abs(self._log_value))
         if self._alarm_step is None and self._log_value - self._slack >= self._threshold:
             self._alarm_step = self._steps
         return self._alarm_step is not None
@@ -378,21 +371,11 @@ class EProcess:
         Raises:
             InvalidValueError: as :meth:`observe`; nothing is folded in when any value is bad.
         """
-        wa = np.atleast_1d(np.asarray(w, dtype=np.float64))
-        if wa.ndim != 1:
-            raise InvalidValueError("w", wa.shape, "must be a one-dimensional stream")
-        try:
-            lf = log_factors(wa, m, c, kappa=self._kappa)
-        except ValueError as exc:
-            if isinstance(exc, InvalidValueError):
-                raise
-            raise InvalidValueError("m, c", "shapes", f"must broadcast against w ({exc})") from None
-        if lf.shape != wa.shape:
-            raise InvalidValueError("m, c", lf.shape, f"must broadcast to the shape of w {wa.shape}")
+        lf = log_factors(*observation_batch(w, m, c), kappa=self._kappa)
         if lf.size == 0:
             return self._alarm_step is not None
         logs = np.cumsum(np.concatenate(([self._log_value], lf)))[1:]
-        inc = _ROUND * ((np.abs(lf) + self._pen4) + np.abs(logs))
+        inc = STEP_SLACK * ((np.abs(lf) + self._pen4) + np.abs(logs))
         slack = np.cumsum(np.concatenate(([self._slack], inc)))[1:]
         if self._alarm_step is None:
             hit = np.flatnonzero(logs - slack >= self._threshold)

@@ -38,7 +38,8 @@ Main declarations:
 - margins: :func:`band_norm_margin`, :func:`logit_margin`, :func:`tv_margin`,
   :func:`tanh_margin`, :func:`variance_margin`, :func:`radius_margin`, :func:`grid_mean_margin`,
   :func:`cast_margin`, :func:`sum_margin`, :func:`dot_margin`.
-- constants: :data:`TINY`, :data:`SQRT_TINY`, :data:`SUM_SLACK`, :data:`F16_MAX`.
+- constants: :data:`TINY`, :data:`SQRT_TINY`, :data:`SUM_SLACK`, :data:`F16_MAX`,
+  :data:`STEP_SLACK`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ SUM_SLACK: Final = 3
 
 #: The largest finite float16: every stored block scale is at most this.
 F16_MAX: Final = 65504.0
+
+#: Per-step relative slack of a running float64 sum (8 units in the last place): the
+#: streaming sentinels add ``STEP_SLACK * (|term| + |partial sum| + ...)`` to their error bound.
+STEP_SLACK: Final = 2.0**-50
 
 
 class Margin(NamedTuple):

@@ -242,3 +242,20 @@ def weights_and_bounds(p_tilde: ArrayLike, c: ArrayLike, *, ndim: int) -> tuple[
         raise InvalidValueError("c", f"array of shape {cc.shape}",
                                 f"must have the shape of p_tilde {p.shape}")
     return p, cc
+
+
+def open_level(name: str, value: object) -> float:
+    """A level in the open interval (0, 1) as a float (exact input; refused if it rounds to 0 or 1)."""
+    d = float(unit_rational(name, value, open_interval=True))
+    if not 0.0 < d < 1.0:  # a Fraction that rounds to 0.0 or 1.0
+        raise InvalidValueError(name, value, "must lie in the open interval (0, 1)")
+    return d
+
+
+def positive_finite(name: str, value: float) -> float:
+    """A finite float ``> 0`` (anything ``float()`` accepts)."""
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise InvalidValueError(name, value, "must be finite and > 0")
+    return v
+
