@@ -32,7 +32,6 @@ from witcert_calculus.contracts import (
     Number,
     Transfer,
     TransferKind,
-    round_up,
 )
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import (
@@ -63,7 +62,7 @@ from witcert_calculus.theorems import (
     WITNESS_SOUND,
 )
 from witcert_calculus.tiers import Measurement, Premise, Proof
-from witcert_calculus.validation import exact, positive_int
+from witcert_calculus.validation import exact, float_up, positive_int
 
 __all__ = [
     "Pooling",
@@ -295,7 +294,7 @@ def _sqrt_up(x: Fraction) -> Fraction:
     n, d = x.numerator, x.denominator
     p = max(0, 64 - (n.bit_length() - d.bit_length()) // 2)
     s = math.isqrt((n << (2 * p)) // d) + 1  # s / 2^p > sqrt(n / d)
-    return Fraction(round_up(Fraction(s, 1 << p)))
+    return Fraction(float_up(Fraction(s, 1 << p)))
 
 
 @final

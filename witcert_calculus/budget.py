@@ -26,14 +26,13 @@ Main declarations:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TypeAlias, final
 
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.theorems import TELESCOPE_PARTIAL_LT, TELESCOPE_SUM_EQ, TWO_LAYER_BUDGET
-from witcert_calculus.validation import nonneg_int, positive_int, unit_rational
+from witcert_calculus.validation import float_down, float_up, nonneg_int, positive_int, unit_rational
 
 __all__ = [
     "SPEND_THEOREMS",
@@ -165,8 +164,7 @@ class Probability:
             >>> Fraction(p.float_down()) <= p.exact
             True
         """
-        f = float(self.exact)
-        return f if Fraction(f) <= self.exact else math.nextafter(f, -math.inf)
+        return float_down(self.exact)
 
     def float_up(self) -> float:
         """The smallest float not below the exact value (rounded toward 1).
@@ -179,8 +177,7 @@ class Probability:
             >>> Fraction(p.float_up()) >= p.exact
             True
         """
-        f = float(self.exact)
-        return f if Fraction(f) >= self.exact else math.nextafter(f, math.inf)
+        return float_up(self.exact)
 
 
 ProbabilityLike: TypeAlias = Probability | Fraction | int | float | str

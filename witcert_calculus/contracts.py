@@ -64,7 +64,7 @@ from witcert_calculus.tiers import (
     decide_tier,
     theorems_of,
 )
-from witcert_calculus.validation import exact, number
+from witcert_calculus.validation import exact, float_up, number
 
 __all__ = [
     "Contract",
@@ -84,14 +84,6 @@ Out = TypeVar("Out", bound=Metric[Any])
 X = TypeVar("X", bound=Metric[Any])
 M = TypeVar("M", bound=Metric[Any])
 
-
-
-def round_up(value: Fraction) -> float:
-    """The smallest float >= an exact rational."""
-    f = float(value)
-    if Fraction(f) < value:
-        f = math.nextafter(f, math.inf)
-    return f
 
 
 @final
@@ -186,9 +178,9 @@ class _Stage:
         raw risk score (the reported value is clamped to the saturation either way).
         """
         if self.a == 0:
-            affine = round_up(self.b)
+            affine = float_up(self.b)
         else:
-            affine = round_up(self.a * Fraction(x) + self.b) if math.isfinite(x) else math.inf
+            affine = float_up(self.a * Fraction(x) + self.b) if math.isfinite(x) else math.inf
         if self.transfer is None:
             return affine
         return _risk(affine, self.transfer(x), saturation)
@@ -397,7 +389,7 @@ class Contract(Generic[In, Out]):
                 raise InvalidValueError("delta", delta, "input and contract deltas add to >= 1")
         else:
             if isinstance(e_in, Fraction):
-                x = round_up(exact(e_in, "e_in"))
+                x = float_up(exact(e_in, "e_in"))
             else:
                 x = check_value(self.m_in, e_in, what="e_in")
         if self.cap is not None and Fraction(x) > self.cap:
@@ -409,9 +401,9 @@ class Contract(Generic[In, Out]):
 
     def _evaluate(self, x: float) -> float:
         if math.isinf(x):
-            affine = round_up(self.b) if self.a == 0 else math.inf
+            affine = float_up(self.b) if self.a == 0 else math.inf
         else:
-            affine = round_up(self.a * Fraction(x) + self.b)
+            affine = float_up(self.a * Fraction(x) + self.b)
         if all(s.transfer is None for s in self._stages):
             return affine
         saturation = metric_info(self.m_out).saturation
@@ -471,7 +463,7 @@ def _fmt(value: Fraction) -> str:
     """A readable form of an exact coefficient: the fraction when short, else 6 digits (upward)."""
     if value.denominator <= 10**4:
         return str(value)
-    return f"{round_up(value):.6g}"
+    return f"{float_up(value):.6g}"
 
 
 def _describe(e: Evidence) -> str:

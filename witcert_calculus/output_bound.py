@@ -28,13 +28,14 @@ from typing import Final
 import numpy as np
 from numpy.typing import ArrayLike
 
-from witcert_calculus.contracts import Contract, round_up
+from witcert_calculus.contracts import Contract
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, AttentionTV
 from witcert_calculus.rounding import outward, sum_margin
 from witcert_calculus.theorems import OUTPUT_ERROR_BOUND_VECTOR_SOUND
 from witcert_calculus.tiers import Assumption, Premise, Proof, Restricted
-from witcert_calculus.validation import F64, distribution, is_distribution, nonneg_array, real
+from witcert_calculus.validation import F64, distribution, float_up, is_distribution, nonneg_array, \
+    real
 
 __all__ = ["RHO_ASSUMPTION", "VALUE_NORM_ASSUMPTION", "output_error_bound",
            "output_error_contract"]
@@ -123,4 +124,4 @@ def output_error_bound(tv: float, *, value_norm_max: float, p_tilde: ArrayLike,
     """
     t = real("tv", tv, lo=0.0, allow_inf=True)
     k = output_error_contract(value_norm_max=value_norm_max, p_tilde=p_tilde, rho=rho)
-    return round_up(k.a * Fraction(min(1.0, t)) + k.b)
+    return float_up(k.a * Fraction(min(1.0, t)) + k.b)

@@ -259,3 +259,15 @@ def positive_finite(name: str, value: float) -> float:
         raise InvalidValueError(name, value, "must be finite and > 0")
     return v
 
+
+def float_up(value: Fraction) -> float:
+    """The smallest float not below an exact rational (a bound converted once, at the edge)."""
+    f = float(value)
+    return f if Fraction(f) >= value else math.nextafter(f, math.inf)
+
+
+def float_down(value: Fraction) -> float:
+    """The largest float not above an exact rational (0.0 below the smallest subnormal)."""
+    f = float(value)
+    return f if Fraction(f) <= value else math.nextafter(f, -math.inf)
+
