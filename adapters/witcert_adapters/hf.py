@@ -646,10 +646,15 @@ class Probe:
         maxima = torch.stack(self._event_max)
         raw = float(maxima.max())
         rows = self._event_rows
-        # Every layer's Tier-B bounds rest on their computed checks (read here, once per
-        # forward); the reading is the worst layer's, with that layer's evidence.
-        evidence = [b.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND) for b in self._event_bases]
-        evidence_max = evidence[int(torch.argmax(maxima))]
+        # Every layer's Tier-B bounds rest on their computed checks: all of them are read in
+        # one device sync per forward; only a failure walks the layers to name the premise.
+        # The reading is the worst layer's, with that layer's evidence.
+        truths = [t for b in self._event_bases for _, t in b.checks if isinstance(t, torch.Tensor)]
+        if truths and not bool(torch.stack(truths).all()):
+            for b in self._event_bases:
+                b.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)  # raises PremiseError
+        worst = self._event_bases[int(torch.argmax(maxima))]
+        evidence_max = worst.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
         reading = Reading(AttentionTV[AtConsume], raw, evidence=evidence_max, delta=delta.exact)
         admission = self.ledger.admit(self.request_id, reading)
         self._events.append(TierBEvent(len(self._events), delta.exact, rows, reading, admission))

@@ -159,3 +159,20 @@ def test_tier_b_on_a_hybrids_attention_layer() -> None:
     assert run.attention is not None and (1, "tier_b") in run.declared
     assert len(run.attention.tier_b_events) == 3
     assert ledger.spent(rid) == telescoping_spent(3, Fraction(1, 100))
+
+
+def test_a_failed_device_check_in_any_layer_refuses_the_tier_b_event(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The checks of every layer are read in one sync per forward; a negative cast witness
+    # (which would lower the radius) must refuse the event, not slip past unread.
+    from witcert_adapters.hf import LayerLog
+    from witcert_calculus.errors import PremiseError
+    honest = LayerLog.dither_cast.fget
+    assert honest is not None
+    monkeypatch.setattr(LayerLog, "dither_cast",
+                        property(lambda log: [-c - 1.0 for c in honest(log)]))
+    ledger = RiskLedger()
+    rid = ledger.open_request(delta_req="1/100")
+    with pytest.raises(PremiseError, match="cast"):
+        _run("llama", ledger, rid, steps=1)
+    assert ledger.spent(rid) == 0
