@@ -1,8 +1,13 @@
-"""Copy the demo's report into docs/ and splice its excerpt into the README.
+"""Copy the demos' reports into docs/ and splice them into the README.
 
 Run after ``bash scripts/demo.sh`` (or ``python -m witcert_adapters.demo --out out/demo``):
 
     .venv/bin/python scripts/render_readme.py [out/demo/report.txt]
+
+and after ``python -m witcert_adapters.vllm_demo --out out/vllm_demo.txt`` (the live vLLM
+plugin's demo, shown whole):
+
+    .venv/bin/python scripts/render_readme.py --vllm [out/vllm_demo.txt]
 
 The README shows the first request's report and the measured table exactly as the
 demo printed them; ``tests/test_readme.py`` fails when the README and
@@ -19,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STORED = ROOT / "docs" / "demo_report.txt"
 PLATFORM = ROOT / "docs" / "demo_report.platform"
+VLLM_STORED = ROOT / "docs" / "vllm_demo_report.txt"
+VLLM_PLATFORM = ROOT / "docs" / "vllm_demo_report.platform"
 NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 
@@ -53,6 +60,7 @@ def skeleton(report: str) -> str:
     text = re.sub(r" +\)", ")", text)
     return "\n".join(" ".join(ln.split()) for ln in text.splitlines()) + "\n"
 BEGIN, END = "<!-- demo-report:begin -->", "<!-- demo-report:end -->"
+VLLM_BEGIN, VLLM_END = "<!-- vllm-demo:begin -->", "<!-- vllm-demo:end -->"
 
 
 def stable(report: str) -> str:
@@ -75,15 +83,33 @@ def readme_block(report: str) -> str:
     return f"{BEGIN}\n```text\n{excerpt(report)}```\n{END}"
 
 
+def vllm_block(report: str) -> str:
+    """The README block (markers included) of the live vLLM demo's report, whole."""
+    return f"{VLLM_BEGIN}\n```text\n{report}```\n{VLLM_END}"
+
+
+def _splice(begin: str, end: str, block: str) -> None:
+    readme = (ROOT / "README.md").read_text()
+    start, stop = readme.index(begin), readme.index(end) + len(end)
+    (ROOT / "README.md").write_text(readme[:start] + block + readme[stop:])
+
+
 def main() -> None:
     """Store the report and rewrite the README block."""
-    src = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "out" / "demo" / "report.txt"
+    args = sys.argv[1:]
+    if args[:1] == ["--vllm"]:
+        src = Path(args[1]) if len(args) > 1 else ROOT / "out" / "vllm_demo.txt"
+        report = src.read_text()
+        VLLM_STORED.write_text(report)
+        VLLM_PLATFORM.write_text(platform_id())
+        _splice(VLLM_BEGIN, VLLM_END, vllm_block(report))
+        print(f"stored {VLLM_STORED.relative_to(ROOT)} and updated README.md")
+        return
+    src = Path(args[0]) if args else ROOT / "out" / "demo" / "report.txt"
     report = stable(src.read_text())
     STORED.write_text(report)
     PLATFORM.write_text(platform_id())
-    readme = (ROOT / "README.md").read_text()
-    start, stop = readme.index(BEGIN), readme.index(END) + len(END)
-    (ROOT / "README.md").write_text(readme[:start] + readme_block(report) + readme[stop:])
+    _splice(BEGIN, END, readme_block(report))
     print(f"stored {STORED.relative_to(ROOT)} and updated README.md")
 
 

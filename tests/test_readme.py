@@ -42,3 +42,14 @@ def test_demo_excerpt_in_readme_is_the_stored_report() -> None:
     spec.loader.exec_module(render)
     stored = (README.parent / "docs" / "demo_report.txt").read_text()
     assert render.readme_block(stored) in README.read_text()
+
+
+def test_live_vllm_demo_in_readme_is_the_stored_report() -> None:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "render_readme", README.parent / "scripts" / "render_readme.py")
+    assert spec and spec.loader
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    stored = (README.parent / "docs" / "vllm_demo_report.txt").read_text()
+    assert render.vllm_block(stored) in README.read_text()

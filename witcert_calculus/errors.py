@@ -26,6 +26,7 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     ├── StaleReadError               (LookupError) read authorised at an older generation
     ├── SlotOwnershipError           (PermissionError) writing or evicting another's slot
     ├── JournalError                 (OSError)     the durable journal cannot be used
+    ├── EngineMismatchError          (RuntimeError) a serving engine unlike the one an adapter hooks
     └── TheoremExportError           (ValueError)  a Lean export file that cannot be registered
 
 Main declarations:
@@ -43,6 +44,7 @@ __all__ = [
     "AdmissionError",
     "AllowanceMovedError",
     "BudgetExceededError",
+    "EngineMismatchError",
     "ForgedBoundError",
     "InvalidValueError",
     "JournalError",
@@ -537,6 +539,30 @@ class JournalError(WitcertError, OSError):
 
     def _message(self) -> str:
         return f"journal {self.path}: {self.reason}"
+
+
+@final
+class EngineMismatchError(WitcertError, RuntimeError):
+    """A serving engine that differs from what an adapter hooks into (raised at start-up).
+
+    An adapter that cannot meter what the engine serves refuses to start rather than serve
+    unmetered while claiming to meter.
+
+    Args:
+        what: the property that differs (a version, a method's parameters, a dtype).
+        expected: what the adapter supports.
+        actual: what the engine has.
+    """
+
+    def __init__(self, what: str, expected: str, actual: str) -> None:
+        self.what = what
+        self.expected = expected
+        self.actual = actual
+        super().__init__(what, expected, actual)
+
+    def _message(self) -> str:
+        return (f"{self.what}: the witcert plugin supports {self.expected}, the engine has "
+                f"{self.actual}; refusing to serve unmetered")
 
 
 @final

@@ -31,7 +31,8 @@ Main declarations
 -----------------
 - :class:`Stage`, :class:`StageResult`, :class:`GateVerdict`, :func:`run_gate`,
   :func:`attention_stages`.
-- Shared by every gate: :func:`ordered_verdict`, :func:`site_problems`, :func:`sites_text`.
+- Shared by every gate: :func:`ordered_verdict`, :func:`site_problems` (and
+  :func:`declared_problems`), :func:`sites_text`.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV, check_value
 from witcert_calculus.validation import positive_int
 
-__all__ = ["STAGES", "GateVerdict", "Stage", "StageResult", "attention_stages", "ordered_verdict",
-           "run_gate", "site_problems", "sites_text"]
+__all__ = ["STAGES", "GateVerdict", "Stage", "StageResult", "attention_stages",
+           "declared_problems", "ordered_verdict", "run_gate", "site_problems", "sites_text"]
 
 
 @final
@@ -164,8 +165,19 @@ def site_problems(run: ProbeRun[ObservedLayer], *, joined: bool = False) -> list
     Returns:
         The problems, empty when the observed sites equal the declared ones.
     """
-    missing = run.declared - run.observed
-    extra = run.observed - run.declared
+    return declared_problems(run.declared, run.observed, joined=joined)
+
+
+def declared_problems(declared: frozenset[Site], observed: frozenset[Site], *,
+                      joined: bool = False) -> list[str]:
+    """:func:`site_problems` of two site sets (for records that are not a :class:`ProbeRun`).
+
+    Example:
+        >>> declared_problems(frozenset({(0, ProbePath.READ)}), frozenset())
+        ["declared but never observed: [(0, 'read')]"]
+    """
+    missing = declared - observed
+    extra = observed - declared
     if joined:
         if not missing and not extra:
             return []

@@ -11,6 +11,8 @@ Main declarations
 -----------------
 - :func:`smollm2_gguf_path`: where the GGUF file lies on disk.
 - :func:`load_smollm2`: model and tokenizer, offline, through the safetensors cache.
+- :func:`smollm2_engine_dir`: the same weights as a folder a serving engine loads
+  (``python -m witcert_adapters.demo.models`` prints it, converting first if needed).
 - :func:`default_cache_dir`: the ignored folder that holds converted weights.
 """
 
@@ -23,7 +25,8 @@ from typing import Any
 
 from witcert_calculus.errors import InvalidValueError
 
-__all__ = ["SMOLLM2_GGUF_NAME", "default_cache_dir", "load_smollm2", "smollm2_gguf_path"]
+__all__ = ["SMOLLM2_GGUF_NAME", "default_cache_dir", "load_smollm2", "smollm2_engine_dir",
+           "smollm2_gguf_path"]
 
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CONVERTED_NAME = "smollm2-135m-instruct-q4_1"
@@ -114,6 +117,21 @@ def load_smollm2(*, cache_dir: Path | None = None) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    target = _converted(cache_dir)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(target), dtype=torch.float32, attn_implementation="eager"
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    model.train(False)
+    return model, tokenizer
+
+
+def _converted(cache_dir: Path | None) -> Path:
+    # The converted folder, made from the GGUF on first use.
+    _offline()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     target = (cache_dir if cache_dir is not None else default_cache_dir()) / _CONVERTED_NAME
     marker = target / "model.safetensors"
     if not marker.is_file():
@@ -130,9 +148,36 @@ def load_smollm2(*, cache_dir: Path | None = None) -> tuple[Any, Any]:
         for item in tmp.iterdir():
             item.replace(target / item.name)
         tmp.rmdir()
-    model = AutoModelForCausalLM.from_pretrained(
-        str(target), dtype=torch.float32, attn_implementation="eager"
-    )
-    tokenizer = AutoTokenizer.from_pretrained(str(target))
-    model.train(False)
-    return model, tokenizer
+    return target
+
+
+def smollm2_engine_dir(*, cache_dir: Path | None = None) -> Path:
+    """A model folder a serving engine (vLLM) loads: the converted weights, named.
+
+    The converted folder's config carries no ``architectures`` entry (transformers reads
+    the GGUF's model type); an engine picks its model class from that entry, so this
+    folder holds the same files (linked) with ``architectures = ["LlamaForCausalLM"]``.
+
+    Example:
+        >>> # smollm2_engine_dir().name
+        >>> # 'smollm2-135m-instruct-q4_1-engine'
+    """
+    import json
+
+    source = _converted(cache_dir)
+    target = source.with_name(source.name + "-engine")
+    target.mkdir(exist_ok=True)
+    for item in source.iterdir():
+        link = target / item.name
+        if item.name != "config.json" and not link.exists():
+            link.symlink_to(item.resolve())
+    config = json.loads((source / "config.json").read_text())
+    config["architectures"] = ["LlamaForCausalLM"]
+    text = json.dumps(config, indent=2, sort_keys=True)
+    if not (target / "config.json").is_file() or (target / "config.json").read_text() != text:
+        (target / "config.json").write_text(text)
+    return target
+
+
+if __name__ == "__main__":
+    print(smollm2_engine_dir())

@@ -1,0 +1,139 @@
+"""The plugin's one switch: the ``WITCERT_VLLM`` environment variable, read once.
+
+vLLM starts its engine core and worker in fresh processes and loads its plugins in each;
+the environment is the one channel that reaches all of them. The switch is read once per
+process into a frozen :class:`PluginConfig`; nothing else in the plugin reads the
+environment.
+
+Format: unset or empty means off. Otherwise a comma-separated list of ``key=value``
+items; ``store`` is required::
+
+    WITCERT_VLLM="store=/var/lib/witcert/verdicts.sqlite,tau=0.1,bands=4,audit=0"
+
+- ``store``: the SQLite file the worker writes each finished request's verdict to and
+  the server reads them from (created if missing; its folder must exist).
+- ``tau``: the coverage threshold, a cell is covered when its meter is ``<= tau``
+  (default 0.1, in ``(0, 1)``).
+- ``bands``: witness bands per key (default 4, at least 1).
+- ``audit``: ``1`` keeps the unquantized keys beside the cache and measures every
+  cell's true total variation (tests only: it doubles the key memory); default ``0``.
+- ``delta``: each request's failure-probability budget ``delta_req`` (default 0.01).
+
+Every malformed item is an :class:`~witcert_calculus.errors.InvalidValueError` that
+names it.
+
+Main declarations
+-----------------
+- :class:`PluginConfig`, :data:`ENV_VAR`, :func:`from_environ`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
+from typing import Final, final
+
+from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.validation import open_level, positive_int, unit_rational
+
+__all__ = ["ENV_VAR", "PluginConfig", "active", "from_environ"]
+
+ENV_VAR: Final = "WITCERT_VLLM"
+"""The environment variable that switches the plugin on and configures it."""
+
+_KEYS: Final = ("store", "tau", "bands", "audit", "delta")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class PluginConfig:
+    """What the plugin does in this process (frozen).
+
+    Attributes:
+        store: the verdict store's SQLite file.
+        tau: coverage threshold in ``(0, 1)``.
+        bands: witness bands per key.
+        audit: keep the exact keys and measure true total variation per cell.
+        delta_req: each request's failure-probability budget.
+    """
+
+    store: Path
+    tau: float = 0.1
+    bands: int = 4
+    audit: bool = False
+    delta_req: Fraction = Fraction(1, 100)
+
+    def __post_init__(self) -> None:
+        open_level("tau", self.tau)
+        positive_int("bands", self.bands)
+        unit_rational("delta", self.delta_req, open_interval=True)
+
+    def to_env(self) -> str:
+        """The ``WITCERT_VLLM`` value that reads back as this configuration.
+
+        Example:
+            >>> PluginConfig(store=Path("/tmp/v.sqlite"), tau=0.2).to_env()
+            'store=/tmp/v.sqlite,tau=0.2,bands=4,audit=0,delta=1/100'
+        """
+        return (f"store={self.store},tau={self.tau!r},bands={self.bands},"
+                f"audit={int(self.audit)},delta={self.delta_req}")
+
+
+def from_environ(environ: Mapping[str, str]) -> PluginConfig | None:
+    """Parse the switch; ``None`` when it is unset or empty (the plugin is off).
+
+    Raises:
+        InvalidValueError: an item without ``=``, an unknown or repeated key, a missing
+            ``store``, or a value out of range (each names the item).
+
+    Example:
+        >>> from_environ({}) is None
+        True
+        >>> from_environ({"WITCERT_VLLM": "store=/tmp/v.sqlite,audit=1"}).audit
+        True
+    """
+    text = environ.get(ENV_VAR, "").strip()
+    if not text:
+        return None
+    items: dict[str, str] = {}
+    for raw in text.split(","):
+        item = raw.strip()
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not value.strip():
+            raise InvalidValueError(ENV_VAR, item, "each item must read key=value")
+        if key not in _KEYS:
+            raise InvalidValueError(ENV_VAR, item, f"unknown key {key!r}; known: {list(_KEYS)}")
+        if key in items:
+            raise InvalidValueError(ENV_VAR, item, f"key {key!r} given twice")
+        items[key] = value.strip()
+    if "store" not in items:
+        raise InvalidValueError(ENV_VAR, text, "store=PATH (the verdict store) is required")
+    store = Path(items["store"])
+    if not store.parent.is_dir():
+        raise InvalidValueError("store", str(store), "its folder does not exist")
+    audit = items.get("audit", "0")
+    if audit not in ("0", "1"):
+        raise InvalidValueError("audit", audit, "must be 0 or 1")
+    try:
+        tau = float(items.get("tau", "0.1"))
+        bands = int(items.get("bands", "4"))
+        delta = Fraction(items.get("delta", "1/100"))
+    except ValueError as exc:
+        raise InvalidValueError(ENV_VAR, text, f"a value does not parse: {exc}") from None
+    try:
+        return PluginConfig(store=store, tau=tau, bands=bands, audit=audit == "1",
+                            delta_req=delta)
+    except InvalidValueError as exc:  # name the item as it was written
+        given = items.get(exc.name, str(exc.value))
+        raise InvalidValueError(ENV_VAR, f"{exc.name}={given}", exc.reason) from None
+
+
+@lru_cache(maxsize=1)
+def active() -> PluginConfig | None:
+    """This process's configuration, read from the environment once."""
+    return from_environ(os.environ)

@@ -1,0 +1,99 @@
+# pyright: reportMissingImports=false, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false
+"""Offline generation through vLLM (``LLM.generate``) with the plugin, as one JSON record.
+
+Run in the engine's environment (``.venv-vllm``), one engine per process, because the
+switch is read once per process::
+
+    WITCERT_VLLM=store=/tmp/v.sqlite,audit=1 .venv-vllm/bin/python -m \\
+        witcert_adapters.vllm_plugin.offline --model DIR --kv auto --out run.json \\
+        --prompts-json '["The capital of France is"]' --max-tokens 16
+
+It writes the prompts' token ids, text and timings, and (switch on) every request's
+verdict; the tests, the demo and the benchmark all drive the engine through it.
+
+Main declarations
+-----------------
+- :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+__all__ = ["main"]
+
+
+def _run(args: argparse.Namespace) -> dict[str, Any]:
+    from vllm import LLM, SamplingParams
+
+    from witcert_adapters.vllm_plugin.config import active
+    t0 = time.perf_counter()
+    llm = LLM(model=args.model, dtype="bfloat16", kv_cache_dtype=args.kv,
+              enforce_eager=not args.compile, max_model_len=args.max_model_len,
+              max_num_seqs=args.max_num_seqs, seed=0,
+              max_num_batched_tokens=args.max_num_batched_tokens,
+              enable_chunked_prefill=True, enable_prefix_caching=args.prefix_caching)
+    started = time.perf_counter() - t0
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True,
+                            logprobs=1)
+    prompts: list[str] = json.loads(args.prompts_json)
+    timings: dict[str, list[float]] = {}
+    outputs: list[Any] = []
+    # Timed batteries first (the first `b` prompts, `repeat` times each), then the recorded
+    # generation of every prompt.
+    for b in [int(x) for x in args.batch_sizes.split(",") if x]:
+        llm.generate(prompts[:b], params, use_tqdm=False)  # warm-up
+        for _ in range(args.repeat):
+            t1 = time.perf_counter()
+            llm.generate(prompts[:b], params, use_tqdm=False)
+            timings.setdefault(str(b), []).append(time.perf_counter() - t1)
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    record: dict[str, Any] = {
+        "startup_s": started, "generate_s": timings,
+        "requests": [{"request_id": o.request_id, "text": o.outputs[0].text,
+                      "token_ids": list(o.outputs[0].token_ids),
+                      "logprobs": [float(next(iter(lp.values())).logprob)
+                                   for lp in (o.outputs[0].logprobs or [])]}
+                     for o in outputs]}
+    config = active()
+    if config is not None:
+        from witcert_adapters.vllm_plugin.store import VerdictStore
+        # The engine writes a request's verdict one step after it finished: one more tiny
+        # request makes that step happen, then the verdicts are awaited.
+        llm.generate(["."], SamplingParams(max_tokens=1), use_tqdm=False)
+        store = VerdictStore(config.store)
+        store.wait([r["request_id"] for r in record["requests"]], timeout=60.0)
+        record["verdicts"] = [v.to_json() for v in store.all()]
+    return record
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the arguments, generate, write the JSON record."""
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--model", required=True, help="model folder (safetensors + config)")
+    p.add_argument("--kv", default="auto", help="vLLM kv_cache_dtype (auto, fp8, ...)")
+    p.add_argument("--prompts-json", required=True, help="JSON list of prompts")
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--batch-sizes", default="", help="timed batteries: comma-separated counts "
+                   "of prompts, each generated --repeat times (e.g. 1,8)")
+    p.add_argument("--repeat", type=int, default=3, help="timed repetitions per battery")
+    p.add_argument("--max-model-len", type=int, default=1024)
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--max-num-batched-tokens", type=int, default=1024)
+    p.add_argument("--prefix-caching", action="store_true")
+    p.add_argument("--compile", action="store_true", help="torch.compile (default: eager)")
+    p.add_argument("--out", required=True, type=Path)
+    args = p.parse_args(argv)
+    args.out.write_text(json.dumps(_run(args), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

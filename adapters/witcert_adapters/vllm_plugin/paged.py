@@ -1,0 +1,170 @@
+"""vLLM's paged CPU KV cache as the plugin reads it: slots, rows, stored keys.
+
+A layer's cache is one tensor ``[num_blocks, kv_heads, block_size, 2 * head_dim]``. Per
+(block, kv head) it holds ``2 * block_size * head_dim`` elements: first the keys, stored
+transposed as ``[head_dim, block_size]``, then the values as ``[block_size, head_dim]``.
+Engine slot ``s`` is token ``s % block_size`` of block ``s // block_size``. An fp8 cache
+holds ``uint8`` bytes of ``float8_e4m3fn`` (or ``e5m2``) values; the engine dequantizes
+them as ``value * k_scale``.
+
+A batch (one engine step) is given by the attention metadata every layer shares:
+``query_start_loc`` (the query rows of each request, in order), ``seq_lens`` (the
+request's visible length after this step), ``block_table`` and ``slot_mapping`` (the slot
+each row writes). :class:`StepLayout` derives, once per step and without host loops, the
+request and position of every row and the slots of every request's visible tokens.
+
+Main declarations
+-----------------
+- :class:`StepLayout`: rows, positions and visible slots of one step.
+- :class:`CacheFormat` and :func:`cache_format`: how a KV cache dtype stores keys.
+- :func:`stored_keys`: the keys as the cache holds them, dequantized in float64.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, final
+
+import torch
+
+from witcert_calculus.errors import InvalidValueError
+
+__all__ = ["CacheFormat", "StepLayout", "cache_format", "stored_keys"]
+
+
+@final
+class CacheFormat(enum.Enum):
+    """How a cache stores one key element."""
+
+    MODEL_DTYPE = "model dtype"
+    """The model's own dtype (``kv_cache_dtype="auto"``): keys stored as computed."""
+    FP8_E4M3 = "fp8_e4m3"
+    """``uint8`` bytes of ``float8_e4m3fn``, times the layer's ``k_scale``."""
+    FP8_E5M2 = "fp8_e5m2"
+    """``uint8`` bytes of ``float8_e5m2``, times the layer's ``k_scale``."""
+
+
+_FORMATS: Final = {"auto": CacheFormat.MODEL_DTYPE, "fp8": CacheFormat.FP8_E4M3,
+                   "fp8_e4m3": CacheFormat.FP8_E4M3, "fp8_e5m2": CacheFormat.FP8_E5M2}
+_FP8_VIEW: Final = {CacheFormat.FP8_E4M3: torch.float8_e4m3fn,
+                    CacheFormat.FP8_E5M2: torch.float8_e5m2}
+
+
+def cache_format(kv_cache_dtype: str) -> CacheFormat:
+    """The :class:`CacheFormat` of a vLLM ``kv_cache_dtype`` string.
+
+    Raises:
+        InvalidValueError: a dtype the plugin does not meter (named, with the known ones).
+
+    Example:
+        >>> cache_format("fp8")
+        <CacheFormat.FP8_E4M3: 'fp8_e4m3'>
+    """
+    fmt = _FORMATS.get(kv_cache_dtype)
+    if fmt is None:
+        raise InvalidValueError("kv_cache_dtype", kv_cache_dtype,
+                                f"the plugin meters only {sorted(_FORMATS)}")
+    return fmt
+
+
+def stored_keys(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *, fmt: CacheFormat,
+                k_scales: Sequence[float]) -> torch.Tensor:
+    """The keys of ``slots`` as each layer's cache holds them, dequantized exactly, float64.
+
+    Args:
+        kv_caches: per layer, the cache ``[num_blocks, kv_heads, block_size, 2 * head_dim]``.
+        slots: ``[...]`` int64 engine slots (each in range).
+        fmt: how the caches store an element.
+        k_scales: per layer, the key scale (fp8 caches).
+
+    Returns:
+        ``[layers, ..., kv_heads, head_dim]`` float64.
+    """
+    nb, kvh, bs, two_d = kv_caches[0].shape
+    block, offset = slots // bs, slots % bs
+    raw = torch.stack([c.view(nb, kvh, 2, two_d // 2, bs)[:, :, 0][block, :, :, offset]
+                       for c in kv_caches])  # [L, ..., kvh, d], keys stored as [d, bs]
+    if fmt is CacheFormat.MODEL_DTYPE:
+        return raw.to(torch.float64)
+    scale = torch.tensor(list(k_scales), dtype=torch.float64)
+    scale = scale.view(-1, *([1] * (raw.dim() - 1)))
+    return raw.view(_FP8_VIEW[fmt]).to(torch.float64) * scale
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StepLayout:
+    """The rows of one engine step and the visible slots of each request.
+
+    Attributes:
+        requests: number of requests ``R`` in the step.
+        rows: number of query rows ``T`` (tokens of the step).
+        row_request: ``[T]`` the request index of each row.
+        row_position: ``[T]`` the absolute position of each row's token.
+        row_slot: ``[T]`` the slot each row writes.
+        q_lens: ``[R]`` rows per request.
+        seq_lens: ``[R]`` visible tokens of each request after the step.
+        slots: ``[R, S]`` the slot of each request's visible token ``j`` (``S`` the
+            longest visible length; entries past a request's length are 0 and masked).
+        visible: ``[R, S]`` bool, ``j < seq_lens[r]``.
+    """
+
+    requests: int
+    rows: int
+    row_request: torch.Tensor
+    row_position: torch.Tensor
+    row_slot: torch.Tensor
+    q_lens: torch.Tensor
+    seq_lens: torch.Tensor
+    slots: torch.Tensor
+    visible: torch.Tensor
+
+    @classmethod
+    def of(cls, *, query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+           block_table: torch.Tensor, slot_mapping: torch.Tensor, block_size: int
+           ) -> StepLayout:
+        """Derive the layout from vLLM's attention metadata (tensor ops only).
+
+        Raises:
+            InvalidValueError: the metadata disagree (row counts, lengths shorter than the
+                rows, a row that writes no slot or a slot other than its position's).
+
+        Example:
+            >>> lay = StepLayout.of(query_start_loc=torch.tensor([0, 1, 3]),
+            ...                     seq_lens=torch.tensor([5, 2]),
+            ...                     block_table=torch.tensor([[0], [1]]),
+            ...                     slot_mapping=torch.tensor([4, 128, 129]), block_size=128)
+            >>> lay.row_position.tolist(), lay.slots[1, :2].tolist()
+            ([4, 0, 1], [128, 129])
+        """
+        qsl = query_start_loc.to(torch.int64)
+        requests = int(qsl.numel()) - 1
+        seq = seq_lens[:requests].to(torch.int64)
+        q_lens = qsl[1:] - qsl[:-1]
+        rows = int(qsl[-1])
+        row_slot = slot_mapping[:rows].to(torch.int64)
+        if int(slot_mapping.numel()) < rows:
+            raise InvalidValueError("slot_mapping", int(slot_mapping.numel()),
+                                    f"must name a slot for each of the {rows} rows")
+        if bool((q_lens > seq).any()) or bool((row_slot < 0).any()):
+            raise InvalidValueError("attn_metadata", ([int(x) for x in q_lens], [int(x) for x in seq]),
+                                    "a request has more rows than visible tokens, or a row "
+                                    "writes no slot")
+        row_request = torch.repeat_interleave(torch.arange(requests), q_lens)
+        offset = torch.arange(rows) - qsl[:-1][row_request]
+        row_position = seq[row_request] - q_lens[row_request] + offset
+        width = int(seq.max()) if requests else 0
+        j = torch.arange(width)
+        visible = j.unsqueeze(0) < seq.unsqueeze(1)
+        blocks = block_table[:requests].to(torch.int64)
+        block_of = torch.clamp(j // block_size, max=max(int(blocks.shape[1]) - 1, 0))
+        slots = blocks[:, block_of] * block_size + (j % block_size)
+        slots = torch.where(visible, slots, 0)
+        if rows and bool((slots[row_request, row_position] != row_slot).any()):
+            raise InvalidValueError("slot_mapping", [int(x) for x in row_slot[:8]],
+                                    "disagrees with the block table: a row writes a slot "
+                                    "other than its position's")
+        return cls(requests, rows, row_request, row_position, row_slot, q_lens, seq, slots,
+                   visible)

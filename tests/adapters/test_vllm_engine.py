@@ -1,0 +1,139 @@
+"""The vLLM plugin in the real engine, offline (``LLM.generate``): off, on, audited.
+
+vLLM's CPU build runs in its own environment (``.venv-vllm``, made by scripts/setup.sh);
+each engine is a subprocess (:func:`witcert_adapters.vllm_plugin.launch.run_offline`). One
+battery of prompts is served three times: by the unpatched engine (no plugin loaded), with
+the plugin loaded and switched off, and switched on with audit. A long prompt is prefilled
+in chunks (``max_num_batched_tokens=64``) while a short one decodes, so some steps mix a
+decode row with a prefill chunk. A fourth engine starts with a malformed switch and must
+refuse to start.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from witcert_adapters.demo.models import smollm2_engine_dir
+from witcert_adapters.vllm_plugin.config import PluginConfig
+from witcert_adapters.vllm_plugin.launch import engine_env, engine_python, fp8_supported, \
+    run_offline
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "The capital of France is",
+    "Here is a long story. " + "The river ran past the old mill and the miller sang. " * 16,
+    "List three prime numbers:",
+]
+CHUNKED = ("--max-num-batched-tokens", "64")
+TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def model() -> Path:
+    return smollm2_engine_dir()
+
+
+@pytest.fixture(scope="module")
+def runs(model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    store = tmp_path_factory.mktemp("vllm") / "verdicts.sqlite"
+    on = PluginConfig(store=store, tau=0.1, audit=True)
+    return {
+        "unpatched": run_offline(None, model=model, kv="auto", prompts=PROMPTS,
+                                 max_tokens=TOKENS, plugins=False, extra=CHUNKED),
+        "off": run_offline(None, model=model, kv="auto", prompts=PROMPTS, max_tokens=TOKENS,
+                           extra=CHUNKED),
+        "on": run_offline(on, model=model, kv="auto", prompts=PROMPTS, max_tokens=TOKENS,
+                          extra=CHUNKED),
+    }
+
+
+def _tokens(run: dict[str, Any]) -> list[tuple[list[int], list[float]]]:
+    return [(r["token_ids"], r["logprobs"]) for r in run["requests"]]
+
+
+def test_off_and_on_are_bit_identical_to_the_unpatched_engine(
+        runs: dict[str, dict[str, Any]]) -> None:
+    base = _tokens(runs["unpatched"])
+    assert all(len(ids) == TOKENS for ids, _ in base)
+    assert _tokens(runs["off"]) == base  # token ids and logprobs, exactly
+    assert _tokens(runs["on"]) == base
+    assert "verdicts" not in runs["off"] and "verdicts" not in runs["unpatched"]
+
+
+def test_every_served_request_carries_an_audited_verdict(
+        runs: dict[str, dict[str, Any]]) -> None:
+    by_external = {v["external"]: v for v in runs["on"]["verdicts"]}
+    for r in runs["on"]["requests"]:
+        v = by_external[r["request_id"]]
+        assert v["tier"] == "CERTIFIED" and v["failure"] is None and v["spent"] == "0"
+        assert v["gate"]["accepted"], v["gate"]
+        assert v["cells"] == v["rows"] * 30 * 9 and v["audited"] == v["cells"]
+        assert v["violations"] == 0
+        assert 0.0 <= v["worst"]["meter"] <= 1.0
+    long = by_external[runs["on"]["requests"][1]["request_id"]]
+    assert long["prefill_steps"] > 1  # its prompt was prefilled in chunks
+    assert any(v["mixed_steps"] > 0 for v in by_external.values())  # decode + prefill
+
+
+def test_a_bfloat16_cache_holds_the_keys_exactly(runs: dict[str, dict[str, Any]]) -> None:
+    # The model computes its keys in bfloat16 and the cache stores them as they are: every
+    # witness is 0, so every cell is certified at 0 and matches the audit exactly.
+    for v in runs["on"]["verdicts"]:
+        if v["external"] in {r["request_id"] for r in runs["on"]["requests"]}:
+            assert v["coverage"] == 1.0 and v["worst"]["meter"] == 0.0
+            assert v["true_max"] == 0.0
+
+
+def test_startup_checks_name_what_differs(tmp_path: Path) -> None:
+    script = Path(__file__).parent / "engine" / "startup_checks.py"
+    proc = subprocess.run([str(engine_python()), str(script), str(tmp_path / "v.sqlite")],
+                          env=engine_env(None), capture_output=True, text=True, timeout=300,
+                          check=True)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["off_backend"].endswith("cpu_attn.CPUAttentionBackend")
+    assert out["off_engine_imported"] is False
+    assert out["as_installed"] == "no error"
+    assert "vllm version" in out["other_version"] and "0.33.0" in out["other_version"]
+    assert "do_kv_cache_update parameters" in out["changed_hook"]
+    assert "'kv_scales'" in out["changed_hook"]
+    assert "sliding window" in out["sliding_window"] and "64" in out["sliding_window"]
+    assert "logits soft cap" in out["soft_cap"]
+    assert "kv_cache_dtype" in out["unknown_dtype"] and "nvfp4" in out["unknown_dtype"]
+    assert out["layout_exact"] is True
+
+
+def test_a_malformed_switch_stops_the_engine_at_startup(model: Path, tmp_path: Path) -> None:
+    env = engine_env(None)
+    env["WITCERT_VLLM"] = f"store={tmp_path}/v.sqlite,tau=2"
+    proc = subprocess.run(
+        [str(engine_python()), "-m", "witcert_adapters.vllm_plugin.offline", "--model",
+         str(model), "--prompts-json", '["x"]', "--out", str(tmp_path / "o.json")],
+        env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode != 0
+    assert "tau=2 is invalid" in proc.stdout + proc.stderr
+    assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.skipif(not fp8_supported(), reason="vLLM's CPU build serves an fp8 KV cache only "
+                    "on CPUs with AVX-512 or AMX; this CPU has neither")
+def test_fp8_cache_is_metered_below_bf16_with_zero_violations(
+        model: Path, runs: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    cfg = PluginConfig(store=tmp_path / "v.sqlite", tau=0.1, audit=True)
+    fp8 = run_offline(cfg, model=model, kv="fp8", prompts=PROMPTS, max_tokens=TOKENS,
+                      extra=CHUNKED)
+    ours = {r["request_id"] for r in fp8["requests"]}
+    verdicts = [v for v in fp8["verdicts"] if v["external"] in ours]
+    assert len(verdicts) == len(PROMPTS)
+    for v in verdicts:
+        assert v["violations"] == 0 and v["audited"] == v["cells"] > 0
+        assert v["gate"]["accepted"], v["gate"]
+    cells = sum(v["cells"] for v in verdicts)
+    coverage = sum(v["covered"] for v in verdicts) / cells
+    assert coverage < 1.0  # bf16: 1.0 (test_a_bfloat16_cache_holds_the_keys_exactly)
+    assert max(v["true_max"] for v in verdicts) > 0.0
