@@ -116,7 +116,7 @@ def test_a_malformed_switch_stops_the_engine_at_startup(model: Path, tmp_path: P
          str(model), "--prompts-json", '["x"]', "--out", str(tmp_path / "o.json")],
         env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode != 0
-    assert "tau=2 is invalid" in proc.stdout + proc.stderr
+    assert "WITCERT_VLLM='tau=2' is invalid" in proc.stdout + proc.stderr
     assert not (tmp_path / "o.json").exists()
 
 

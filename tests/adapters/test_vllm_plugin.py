@@ -21,7 +21,8 @@ import torch
 
 from witcert_adapters.vllm_plugin.config import PluginConfig, from_environ
 from witcert_adapters.vllm_plugin.meter import SUMMARY, meter_rows, write_witnesses
-from witcert_adapters.vllm_plugin.paged import CacheFormat, StepLayout, cache_format, stored_keys
+from witcert_adapters.vllm_plugin.paged import CacheFormat, StepLayout, cache_format, \
+    stored_keys, visible_keys
 from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, external_id
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
@@ -140,7 +141,9 @@ def _mixed_step(eng: _Engine) -> tuple[StepLayout, torch.Tensor]:
 
 
 def _meter(eng: _Engine, lay: StepLayout, queries: torch.Tensor, *, understate: float = 1.0):
-    keys = stored_keys(eng.caches, lay.slots, fmt=eng.fmt, k_scales=eng.scales)
+    keys = visible_keys(eng.caches, lay.slots, fmt=eng.fmt, k_scales=eng.scales)
+    assert torch.equal(keys, stored_keys(eng.caches, lay.slots, fmt=eng.fmt,
+                                         k_scales=eng.scales).permute(0, 1, 3, 2, 4))
     assert eng.buffer.exact is not None
     return meter_rows(lay, queries=queries, keys=keys,
                       witnesses=eng.buffer.witness[:, lay.slots] * understate, scale=D ** -0.5,

@@ -41,7 +41,7 @@ import torch
 from witcert_adapters.vllm_plugin.config import PluginConfig, active
 from witcert_adapters.vllm_plugin.meter import meter_rows, write_witnesses
 from witcert_adapters.vllm_plugin.paged import CacheFormat, StepLayout, cache_format, \
-    stored_keys
+    stored_keys, visible_keys
 from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
@@ -142,6 +142,7 @@ class Monitor:
         self._caches: dict[int, tuple[torch.Tensor, float]] = {}
         self._metadata: Any = None
         self._checked: set[int] = set()
+        self._scratch = [torch.empty(0, dtype=torch.float64)]
 
     # ----------------------------------------------------------------- registration
     def add_impl(self, impl: WitcertCPUAttentionImpl) -> None:
@@ -298,8 +299,8 @@ class Monitor:
             gens = buffer.write(slots, w, exact)
             positions.wrote(seats[step.row_request], step.row_position, slots, gens)
         codes = positions.check(seats, step.slots, step.visible, buffer)
-        keys = stored_keys([self._caches[i][0] for i in read], step.slots, fmt=self.fmt,
-                           k_scales=[self._caches[i][1] for i in read])
+        keys = visible_keys([self._caches[i][0] for i in read], step.slots, fmt=self.fmt,
+                            k_scales=[self._caches[i][1] for i in read], scratch=self._scratch)
         every = len(read) == self.n_layers  # slots first: never copy a whole buffer
         witnesses = buffer.witness[:, step.slots]
         witnesses = witnesses if every else witnesses[read]

@@ -83,12 +83,9 @@ def _segment_max(x: torch.Tensor, index: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def _by_row(per_request: torch.Tensor, step: StepLayout) -> torch.Tensor:
-    # [L, R, S, kvh, x] -> [L, T, kvh, S, x], contiguous; a decode-only step (one row per
-    # request, in order) needs no row gather.
-    x = per_request.permute(0, 1, 3, 2, 4)
-    if step.rows != step.requests:
-        x = x[:, step.row_request]
-    return x.contiguous()
+    # [L, R, ...] -> [L, T, ...]; a decode-only step (one row per request, in order) needs
+    # no row gather.
+    return per_request if step.rows == step.requests else per_request[:, step.row_request]
 
 
 def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor,
@@ -99,7 +96,8 @@ def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor,
     Args:
         step: the step's rows and visible slots.
         queries: ``[L, T, H, d]`` the live post-RoPE queries.
-        keys: ``[L, R, S, kvh, d]`` float64 stored keys of each request's visible tokens.
+        keys: ``[L, R, kvh, S, d]`` float64 stored keys of each request's visible tokens
+            (:func:`~witcert_adapters.vllm_plugin.paged.visible_keys`).
         witnesses: ``[L, R, S, kvh, B]`` their band witnesses.
         scale: the softmax scale; ``layout``: the rotary layout; ``tau``: coverage threshold.
         exact_keys: ``[L, R, S, kvh, d]`` unquantized keys (audit mode).
@@ -108,7 +106,7 @@ def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor,
         The :class:`StepMeter`.
     """
     n_layers, rows, heads, dim = queries.shape
-    kvh = int(keys.shape[3])
+    kvh = int(keys.shape[2])
     group = heads // kvh
     width = int(step.slots.shape[1])
     q = queries.to(_F64).view(n_layers, rows, kvh, group, dim)
@@ -117,7 +115,7 @@ def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor,
     mask = causal.view(1, rows, 1, 1, width)  # [1, T, 1, 1, S]
     logits = scale * torch.matmul(q, _by_row(keys, step).transpose(-1, -2))  # [L, T, kvh, G, S]
     p_tilde = torch.softmax(logits.masked_fill(~mask, -torch.inf), dim=-1)
-    w_rows = _by_row(witnesses, step).unsqueeze(3)
+    w_rows = _by_row(witnesses.permute(0, 1, 3, 2, 4), step).unsqueeze(3)
     w_rows = torch.where(mask.unsqueeze(-1), w_rows.to(_F64), 0.0)  # [L, T, kvh, 1, S, B]
     c = logit_bound(q, w_rows, scale=scale, layout=layout)
     bounds = tv_bounds_batch(p_tilde, c, check=False)
@@ -144,7 +142,8 @@ def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor,
         zeros = torch.zeros(r, dtype=_F64)
         columns += [zeros, zeros, zeros, zeros]
     else:
-        exact_logits = scale * torch.matmul(q, _by_row(exact_keys.to(_F64), step).transpose(-1, -2))
+        k_exact = _by_row(exact_keys.permute(0, 1, 3, 2, 4), step).to(_F64)
+        exact_logits = scale * torch.matmul(q, k_exact.transpose(-1, -2))
         p = torch.softmax(exact_logits.masked_fill(~mask, -torch.inf), dim=-1)
         true_tv = (0.5 * (p - p_tilde).abs().sum(dim=-1)).reshape(n_layers, rows, heads)
         excess = true_tv - reported

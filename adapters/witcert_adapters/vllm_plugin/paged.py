@@ -17,7 +17,8 @@ Main declarations
 -----------------
 - :class:`StepLayout`: rows, positions and visible slots of one step.
 - :class:`CacheFormat` and :func:`cache_format`: how a KV cache dtype stores keys.
-- :func:`stored_keys`: the keys as the cache holds them, dequantized in float64.
+- :func:`stored_keys`: the keys as the cache holds them, dequantized in float64;
+  :func:`visible_keys`: the same for every request's visible tokens, head-major.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 
 from witcert_calculus.errors import InvalidValueError
 
-__all__ = ["CacheFormat", "StepLayout", "cache_format", "stored_keys"]
+__all__ = ["CacheFormat", "StepLayout", "cache_format", "stored_keys", "visible_keys"]
 
 
 @final
@@ -91,6 +92,40 @@ def stored_keys(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *, fmt: 
     scale = torch.tensor(list(k_scales), dtype=torch.float64)
     scale = scale.view(-1, *([1] * (raw.dim() - 1)))
     return raw.view(_FP8_VIEW[fmt]).to(torch.float64) * scale
+
+
+def visible_keys(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *, fmt: CacheFormat,
+                 k_scales: Sequence[float], scratch: list[torch.Tensor] | None = None
+                 ) -> torch.Tensor:
+    """:func:`stored_keys` of every request's visible slots, head-major for the logits.
+
+    Args:
+        kv_caches, fmt, k_scales: as :func:`stored_keys`.
+        slots: ``[R, S]`` the visible slots (:attr:`StepLayout.slots`).
+        scratch: a one-element list holding a flat float64 buffer reused from step to step
+            (grown when too small): the float64 keys are the step's one large tensor, and a
+            fresh allocation of that size costs page faults every step.
+
+    Returns:
+        ``[layers, R, kv_heads, S, head_dim]`` float64, gathered in that order (no copy to
+        transpose afterwards); a view of the scratch buffer when one is given.
+    """
+    nb, kvh, bs, two_d = kv_caches[0].shape
+    block, offset = (slots // bs).unsqueeze(1), (slots % bs).unsqueeze(1)  # [R, 1, S]
+    heads = torch.arange(kvh).view(1, kvh, 1)
+    raw = torch.stack([c.view(nb, kvh, 2, two_d // 2, bs)[:, :, 0].transpose(2, 3)
+                       [block, heads, offset] for c in kv_caches])  # [L, R, kvh, S, d]
+    if fmt is not CacheFormat.MODEL_DTYPE:
+        raw = raw.view(_FP8_VIEW[fmt])
+    if scratch is None:
+        out = raw.to(torch.float64)
+    else:
+        if scratch[0].numel() < raw.numel():
+            scratch[0] = torch.empty(raw.numel(), dtype=torch.float64)
+        out = scratch[0][:raw.numel()].view(raw.shape).copy_(raw)
+    if fmt is not CacheFormat.MODEL_DTYPE:
+        out.mul_(torch.tensor(list(k_scales), dtype=torch.float64).view(-1, 1, 1, 1, 1))
+    return out
 
 
 @final
