@@ -7,6 +7,8 @@ import io
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -33,23 +35,14 @@ def test_readme_names_exactly_two_setup_commands() -> None:
     assert "bash scripts/test.sh" in ci
 
 
-def test_demo_excerpt_in_readme_is_the_stored_report() -> None:
+@pytest.mark.parametrize(("stored", "block"), [("demo_report.txt", "readme_block"),
+                                                ("vllm_demo_report.txt", "vllm_block")])
+def test_demo_reports_in_readme_are_the_stored_ones(stored: str, block: str) -> None:
     import importlib.util
     spec = importlib.util.spec_from_file_location(
         "render_readme", README.parent / "scripts" / "render_readme.py")
     assert spec and spec.loader
     render = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(render)
-    stored = (README.parent / "docs" / "demo_report.txt").read_text()
-    assert render.readme_block(stored) in README.read_text()
-
-
-def test_live_vllm_demo_in_readme_is_the_stored_report() -> None:
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "render_readme", README.parent / "scripts" / "render_readme.py")
-    assert spec and spec.loader
-    render = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(render)
-    stored = (README.parent / "docs" / "vllm_demo_report.txt").read_text()
-    assert render.vllm_block(stored) in README.read_text()
+    text = (README.parent / "docs" / stored).read_text()
+    assert getattr(render, block)(text) in README.read_text()

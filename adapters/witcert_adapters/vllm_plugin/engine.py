@@ -137,7 +137,8 @@ class Monitor:
         self.accounts: Accounts | None = None
         self.store = VerdictStore(config.store)
         self.rope: RopeLayout | None = None
-        self._writes: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._writes: dict[int, torch.Tensor] = {}
+        self._slots: torch.Tensor | None = None
         self._reads: dict[int, torch.Tensor] = {}
         self._caches: dict[int, tuple[torch.Tensor, float]] = {}
         self._metadata: Any = None
@@ -195,13 +196,15 @@ class Monitor:
             return
         self._allocate(kv_cache, key)
         assert self.fmt is not None
-        slots = slot_mapping.to(torch.int64).clone()
+        if self._slots is None:  # every layer of a step writes the same slots
+            self._slots = slot_mapping.to(torch.int64).clone()
         incoming = key[:n].clone()
-        stored = stored_keys([kv_cache], torch.clamp(slots, min=0), fmt=self.fmt,
-                             k_scales=[k_scale])[0]
-        if layer not in self._checked:
+        if layer not in self._checked:  # once per layer, at its first write (warm-up)
+            slots = slot_mapping.to(torch.int64)
+            stored = stored_keys([kv_cache], torch.clamp(slots, min=0), fmt=self.fmt,
+                                 k_scales=[k_scale])[0]
             self._check_layout(layer, incoming, stored, slots, k_scale)
-        self._writes[layer] = (slots, incoming, stored)
+        self._writes[layer] = incoming
         self._caches[layer] = (kv_cache, k_scale)
 
     def _check_layout(self, layer: int, incoming: torch.Tensor, stored: torch.Tensor,
@@ -242,6 +245,7 @@ class Monitor:
     def begin(self, scheduler_output: Any) -> None:
         """Before a step: verdicts of finished requests; forget the previous captures."""
         self._writes.clear()
+        self._slots = None
         self._reads.clear()
         self._metadata = None
         if self.accounts is None or self.positions is None:
@@ -282,9 +286,11 @@ class Monitor:
         written = sorted(self._writes)
         read = sorted(self._reads)
         if written:
-            slots = self._writes[written[0]][0][:step.rows]
-            incoming = torch.stack([self._writes[i][1][:step.rows] for i in written])
-            stored = torch.stack([self._writes[i][2][:step.rows] for i in written])
+            assert self._slots is not None
+            slots = self._slots[:step.rows]
+            incoming = torch.stack([self._writes[i][:step.rows] for i in written])
+            stored = stored_keys([self._caches[i][0] for i in written], slots, fmt=self.fmt,
+                                 k_scales=[self._caches[i][1] for i in written])
             w = write_witnesses(incoming, stored, bands=self.config.bands, layout=self.rope)
             if len(written) != self.n_layers:  # a layer not captured keeps no witness
                 full = torch.full((self.n_layers, *w.shape[1:]), torch.inf,
