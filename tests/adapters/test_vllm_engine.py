@@ -137,3 +137,23 @@ def test_fp8_cache_is_metered_below_bf16_with_zero_violations(
     coverage = sum(v["covered"] for v in verdicts) / cells
     assert coverage < 1.0  # bf16: 1.0 (test_a_bfloat16_cache_holds_the_keys_exactly)
     assert max(v["true_max"] for v in verdicts) > 0.0
+
+
+def test_a_rewritten_slot_fails_its_reader_closed(tmp_path: Path) -> None:
+    # The Monitor driven step by step on caches written by vLLM's own kernel: a request
+    # whose slot another write reused reports no tier and names the stale slot.
+    script = Path(__file__).parent / "engine" / "monitor_checks.py"
+    proc = subprocess.run([str(engine_python()), str(script), str(tmp_path / "m.sqlite")],
+                          env=engine_env(None), capture_output=True, text=True, timeout=300,
+                          check=True)
+    verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(verdicts) == {"clean", "victim", "thief"}
+    for name in ("clean", "thief"):
+        v = verdicts[name]
+        assert v["tier"] == "CERTIFIED" and v["failure"] is None and v["gate"]["accepted"]
+    assert verdicts["clean"]["rows"] == 5 and verdicts["clean"]["cells"] == 5 * 2 * 4
+    victim = verdicts["victim"]
+    assert victim["tier"] is None and victim["gate"]["accepted"] is False
+    assert victim["failure"].startswith("StaleReadError: slot 128 was authorised at "
+                                        "generation 1 but is now at generation 2")
+    assert victim["rows"] == 3  # nothing after the stale read was counted as metered
