@@ -139,7 +139,8 @@ def test_fp8_cache_is_metered_below_bf16_with_zero_violations(
     assert max(v["true_max"] for v in verdicts) > 0.0
 
 
-def test_a_rewritten_slot_fails_its_reader_closed(tmp_path: Path) -> None:
+def test_monitor_fails_a_stale_reader_closed_and_refuses_an_unmetered_backend(
+        tmp_path: Path) -> None:
     # The Monitor driven step by step on caches written by vLLM's own kernel: a request
     # whose slot another write reused reports no tier and names the stale slot.
     script = Path(__file__).parent / "engine" / "monitor_checks.py"
@@ -147,6 +148,9 @@ def test_a_rewritten_slot_fails_its_reader_closed(tmp_path: Path) -> None:
                           env=engine_env(None), capture_output=True, text=True, timeout=300,
                           check=True)
     verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
+    unmetered = verdicts.pop("unmetered_backend")
+    assert unmetered.startswith("EngineMismatchError: attention backend")
+    assert "refusing to serve unmetered" in unmetered
     assert set(verdicts) == {"clean", "victim", "thief"}
     for name in ("clean", "thief"):
         v = verdicts[name]

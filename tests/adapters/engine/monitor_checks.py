@@ -9,6 +9,9 @@ the Monitor sees exactly what the attention backend would hand it. Three request
   still maps that slot (what an engine bug or a premature slot reuse does), then it decodes:
   its verdict must fail closed (no tier, a StaleReadError named);
 - ``thief``: the request whose write reused the slot.
+
+A second Monitor, whose model never ran the metered implementation (another backend),
+must refuse the first step with tokens.
 """
 
 from __future__ import annotations
@@ -75,7 +78,18 @@ def main() -> None:
                ("thief-cccccccc", [128, 129], 2, [1])])  # lands in the victim's slots
     step(mon, [("clean-aaaaaaaa", [4], 5, [0]), ("victim-bbbbbbbb", [131], 4, [1])])
     step(mon, [], finished={"clean-aaaaaaaa", "victim-bbbbbbbb", "thief-cccccccc"})
-    verdicts = {v.external: v.to_json() for v in VerdictStore(store).all()}
+    verdicts: dict[str, object] = {v.external: v.to_json() for v in VerdictStore(store).all()}
+    # A backend that never runs the metered implementation: the first step with tokens
+    # stops the engine instead of serving unmetered.
+    other = Monitor(PluginConfig(store=store, tau=0.1))
+    sched = SimpleNamespace(finished_req_ids=set(), num_scheduled_tokens={"r": 3},
+                            total_num_scheduled_tokens=3)
+    other.begin(sched)
+    try:
+        other.end(SimpleNamespace(), sched)
+        verdicts["unmetered_backend"] = "no error"
+    except Exception as exc:  # noqa: BLE001 - the message is the result
+        verdicts["unmetered_backend"] = f"{type(exc).__name__}: {exc}"
     print(json.dumps(verdicts))
 
 
