@@ -1,4 +1,4 @@
-"""Adapters that read live witnesses from serving stacks (optional extras ``hf``, ``sglang``).
+"""Adapters that read live witnesses from serving stacks (optional extras ``hf``, ``vllm``).
 
 Main declarations (import the submodules; nothing heavy loads at package import):
 
@@ -19,4 +19,7 @@ Main declarations (import the submodules; nothing heavy loads at package import)
 - :mod:`witcert_adapters.memory`: one registry over the four memory classes.
 - :mod:`witcert_adapters.demo`: an application, ``python -m witcert_adapters.demo --out DIR``
   (with its offline SmolLM2 loading in :mod:`witcert_adapters.demo.models`).
+- :mod:`witcert_adapters.vllm_plugin`: the vLLM plugin that meters the engine's own KV cache
+  while it serves (extra ``vllm``, in its own environment ``.venv-vllm``), and
+  :mod:`witcert_adapters.vllm_demo`, ``python -m witcert_adapters.vllm_demo``.
 """
