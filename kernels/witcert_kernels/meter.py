@@ -33,7 +33,8 @@ Main declarations
 - :func:`logit_bound`: ``c_t = scale * sum_b ||q_b|| * w_{t,b}`` (Cauchy-Schwarz per band),
   an established :class:`~witcert_calculus.witness.LogitBound` holding a tensor.
 - :func:`tv_bounds_batch`: every TV form as a :class:`witcert_calculus.tv_forms.TVBatch`,
-  with the :class:`~witcert_calculus.tv_forms.TVBasis` its readings' evidence comes from.
+  with the :class:`~witcert_calculus.tv_forms.TVBasis` its readings' evidence comes from;
+  :func:`tv_tanh_max_batch`: the cheap form ``tanh(max c)`` alone (no attention weights).
 - :func:`l2_norm_upper`: the Euclidean norm as an upper bound; :func:`l2_norm`, the plain
   norm (for reports, not a bound).
 - :func:`output_error_bound`: the attention-output error from TV and value residuals.
@@ -52,7 +53,7 @@ import torch
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
 from witcert_calculus.rounding import TINY, band_norm_margin, dot_margin, logit_margin, \
     sum_margin, tanh_margin, tv_margin
-from witcert_calculus.tv_forms import TVBatch
+from witcert_calculus.tv_forms import TVBasis, TVBatch
 from witcert_calculus.validation import positive_int, real
 from witcert_calculus.witness import ESTABLISHERS, LogitBound, RopeLayout, band_channels, \
     is_established
@@ -72,6 +73,7 @@ __all__ = [
     "output_error_bound",
     "round_up_f32",
     "tv_bounds_batch",
+    "tv_tanh_max_batch",
 ]
 
 _F64 = torch.float64
@@ -397,8 +399,43 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
     t = outward(torch.sinh(la - lm), gamma=gamma, alpha=margin.alpha, exact=exact)
     r = torch.minimum(outward(_retention_raw(p, cc, la, lm), gamma=gamma, alpha=margin.alpha,
                               exact=exact), e)
+    return TVBatch(eform=e, two_sided=t, retention=r, meter=torch.minimum(e, t),
+                   tanh_max=_tanh_max(cc), log_a=la, log_a_minus=lm, basis=_basis(c, checks))
+
+
+def _tanh_max(cc: torch.Tensor) -> torch.Tensor:
     th = torch.tanh(cc.amax(dim=-1))
     tm = tanh_margin()
-    th = outward(th, gamma=tm.gamma, alpha=tm.alpha, exact=(th == 0) | (th >= 1.0))
-    return TVBatch(eform=e, two_sided=t, retention=r, meter=torch.minimum(e, t), tanh_max=th,
-                   log_a=la, log_a_minus=lm, basis=_basis(c, checks))
+    return outward(th, gamma=tm.gamma, alpha=tm.alpha, exact=(th == 0) | (th >= 1.0))
+
+
+def tv_tanh_max_batch(c: LogitBound[torch.Tensor] | torch.Tensor
+                      ) -> tuple[torch.Tensor, TVBasis]:
+    """``TV <= tanh(max_t c_t)`` for every row, without the attention weights.
+
+    The torch twin of :func:`witcert_calculus.tv_forms.tv_tanh_max` (Lean
+    ``WitCert.Analytic.softmax_tv_tanh_sound``: the logit error's oscillation is at most
+    ``2 max c``). Looser than the meter of :func:`tv_bounds_batch`, and much cheaper: it
+    needs neither the keys nor ``p_tilde``. Tokens outside a row's support may carry
+    ``c = 0`` (they never raise the maximum).
+
+    Args:
+        c: ``[..., S]`` nonnegative logit bounds, as for :func:`tv_bounds_batch`.
+
+    Returns:
+        ``([...] float64 bounds, basis)``; the premise ``c >= 0`` is computed on the device
+        and read when ``basis.evidence(...)`` builds a reading's evidence.
+
+    Raises:
+        ForgedBoundError: a ``LogitBound`` that no establishing function produced.
+
+    Example:
+        >>> th, _ = tv_tanh_max_batch(torch.tensor([[0.1, 0.3]], dtype=torch.float64))
+        >>> round(float(th[0]), 6)
+        0.291313
+    """
+    if isinstance(c, LogitBound) and not is_established(c):
+        raise ForgedBoundError("LogitBound", ESTABLISHERS)
+    cc = (c.values if isinstance(c, LogitBound) else c).to(_F64)
+    checks = (("c_t >= 0 for every token t, not NaN (inf allowed)", (cc >= 0).all()),)
+    return _tanh_max(cc), _basis(c, checks)

@@ -50,6 +50,10 @@ def runs(model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dic
                            extra=CHUNKED),
         "on": run_offline(on, model=model, kv="auto", prompts=PROMPTS, max_tokens=TOKENS,
                           extra=CHUNKED),
+        "tanh": run_offline(PluginConfig(store=store.with_name("tanh.sqlite"), tau=0.1,
+                                         audit=True, form="tanh"),
+                            model=model, kv="auto", prompts=PROMPTS, max_tokens=TOKENS,
+                            extra=CHUNKED),
     }
 
 
@@ -63,20 +67,23 @@ def test_off_and_on_are_bit_identical_to_the_unpatched_engine(
     assert all(len(ids) == TOKENS for ids, _ in base)
     assert _tokens(runs["off"]) == base  # token ids and logprobs, exactly
     assert _tokens(runs["on"]) == base
+    assert _tokens(runs["tanh"]) == base
     assert "verdicts" not in runs["off"] and "verdicts" not in runs["unpatched"]
 
 
+@pytest.mark.parametrize("mode", ["on", "tanh"])
 def test_every_served_request_carries_an_audited_verdict(
-        runs: dict[str, dict[str, Any]]) -> None:
-    by_external = {v["external"]: v for v in runs["on"]["verdicts"]}
-    for r in runs["on"]["requests"]:
+        runs: dict[str, dict[str, Any]], mode: str) -> None:
+    by_external = {v["external"]: v for v in runs[mode]["verdicts"]}
+    for r in runs[mode]["requests"]:
         v = by_external[r["request_id"]]
+        assert v["form"] == ("tanh" if mode == "tanh" else "meter")
         assert v["tier"] == "CERTIFIED" and v["failure"] is None and v["spent"] == "0"
         assert v["gate"]["accepted"], v["gate"]
         assert v["cells"] == v["rows"] * 30 * 9 and v["audited"] == v["cells"]
         assert v["violations"] == 0
         assert 0.0 <= v["worst"]["meter"] <= 1.0
-    long = by_external[runs["on"]["requests"][1]["request_id"]]
+    long = by_external[runs[mode]["requests"][1]["request_id"]]
     assert long["prefill_steps"] > 1  # its prompt was prefilled in chunks
     assert any(v["mixed_steps"] > 0 for v in by_external.values())  # decode + prefill
 

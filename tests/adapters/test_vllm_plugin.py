@@ -27,8 +27,8 @@ from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, external_id
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
 from witcert_calculus.errors import InvalidValueError, StaleReadError, UnwrittenSlotError
-from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.tv_forms import tv_meter
+from witcert_calculus.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.tv_forms import tv_meter, tv_tanh_max
 from witcert_calculus.witness import RopeLayout, band_witness, logit_bound
 
 BS = 16  # block size
@@ -188,6 +188,36 @@ def test_meter_equals_the_librarys_per_row_meter_and_is_sound() -> None:
     assert m.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND) is not None
 
 
+def test_the_cheap_form_needs_no_keys_and_is_sound() -> None:
+    eng = _Engine(CacheFormat.FP8_E4M3)
+    lay, queries = _mixed_step(eng)
+    assert eng.buffer.exact is not None
+    common = dict(queries=queries, witnesses=eng.buffer.witness[:, lay.slots],
+                  scale=D ** -0.5, layout=RopeLayout.HALF_SPLIT, tau=0.1)
+    cheap = meter_rows(lay, keys=None, form="tanh", **common)  # type: ignore[arg-type]
+    assert cheap.theorems == (SOFTMAX_TV_TANH_SOUND,)
+    assert cheap.basis.evidence(*cheap.theorems) is not None
+    keys = visible_keys(eng.caches, lay.slots, fmt=eng.fmt, k_scales=eng.scales)
+    audited = meter_rows(lay, keys=keys, form="tanh",  # type: ignore[arg-type]
+                         exact_keys=eng.buffer.exact[:, lay.slots], **common)
+    assert torch.equal(audited.meter, cheap.meter)
+    assert audited.summary[:, SUMMARY.index("violations")].sum() == 0
+    assert audited.summary[:, SUMMARY.index("audited")].sum() > 0
+    # each cell is tanh(max_t c_t) over the row's visible tokens
+    t, h = 3, 1
+    r, pos = int(lay.row_request[t]), int(lay.row_position[t])
+    kh = keys[0, r, h // G, :pos + 1].numpy()
+    k = eng.buffer.exact[0, lay.slots[r, :pos + 1], h // G].double().numpy()
+    c = logit_bound(queries[0, t, h].double().numpy(),
+                    band_witness(k - kh, bands=B, layout=RopeLayout.HALF_SPLIT),
+                    layout=RopeLayout.HALF_SPLIT, scale=D ** -0.5)
+    ref = tv_tanh_max(c).raw
+    assert ref <= float(cheap.meter[0, t, h]) and math.isclose(
+        float(cheap.meter[0, t, h]), ref, rel_tol=1e-5)
+    with pytest.raises(InvalidValueError, match="needs the stored keys"):
+        meter_rows(lay, keys=None, **common)  # type: ignore[arg-type]
+
+
 def test_audit_catches_an_understated_witness() -> None:
     eng = _Engine(CacheFormat.FP8_E4M3)
     lay, queries = _mixed_step(eng)
@@ -242,9 +272,10 @@ def test_side_buffer_refuses_out_of_range_slots() -> None:
 def test_switch_parses_and_names_each_bad_item(tmp_path: Path) -> None:
     store = tmp_path / "v.sqlite"
     assert from_environ({}) is None and from_environ({"WITCERT_VLLM": " "}) is None
-    cfg = from_environ({"WITCERT_VLLM": f"store={store},tau=0.2,bands=2,audit=1,delta=1/50"})
+    cfg = from_environ({"WITCERT_VLLM": f"store={store},tau=0.2,bands=2,audit=1,delta=1/50,"
+                                        "form=tanh"})
     assert cfg == PluginConfig(store=store, tau=0.2, bands=2, audit=True,
-                               delta_req=Fraction(1, 50))
+                               delta_req=Fraction(1, 50), form="tanh")
     assert cfg is not None and from_environ({"WITCERT_VLLM": cfg.to_env()}) == cfg
     bad = {
         "tau=0.1": "store=PATH",
@@ -254,6 +285,7 @@ def test_switch_parses_and_names_each_bad_item(tmp_path: Path) -> None:
         f"store={store},tau=1.5": "open interval",
         f"store={store},audit=yes": "must be 0 or 1",
         f"store={store},bands=two": "does not parse",
+        f"store={store},form=fast": "must be one of",
         f"store={tmp_path}/missing/v.sqlite": "folder does not exist",
     }
     for text, message in bad.items():

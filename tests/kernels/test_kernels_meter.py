@@ -16,6 +16,7 @@ from witcert_kernels.meter import (  # noqa: E402
     logit_bound,
     round_up_f32,
     tv_bounds_batch,
+    tv_tanh_max_batch,
 )
 
 
@@ -323,3 +324,27 @@ def test_add_up_is_bit_identical(seed: int) -> None:
     want = np_add_up(a, b)
     got = torch_add_up(torch.from_numpy(a), torch.from_numpy(b))
     assert np.array_equal(got.numpy(), want)
+
+
+def test_tanh_max_alone_equals_the_batch_form_and_numpy_and_is_certified() -> None:
+    from witcert_calculus import AtConsume, AttentionTV, Reading
+    from witcert_calculus.errors import PremiseError
+    from witcert_calculus.theorems import SOFTMAX_TV_TANH_SOUND
+    from witcert_calculus.tiers import Tier
+
+    q, _, w = _tier_a()
+    c = logit_bound(q, w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
+    p = torch.softmax(torch.randn(*c.values.shape, dtype=torch.float64), dim=-1)
+    th, basis = tv_tanh_max_batch(c)
+    assert torch.equal(th, tv_bounds_batch(p, c, check=False).tanh_max)
+    flat = c.values.reshape(-1, c.values.shape[-1]).numpy()
+    ref = [tv_forms.tv_tanh_max(row).raw for row in flat]
+    # numpy's and torch's tanh may differ by an ulp; both are then rounded outward
+    assert np.allclose(th.reshape(-1).numpy(), ref, rtol=1e-14, atol=0.0)
+    assert bool((th.reshape(-1) >= torch.tanh(torch.tensor(flat.max(axis=-1)))).all())
+    r = Reading(AttentionTV[AtConsume], float(th.max()),
+                evidence=basis.evidence(SOFTMAX_TV_TANH_SOUND), delta=basis.delta)
+    assert r.tier is Tier.CERTIFIED
+    _, bad = tv_tanh_max_batch(-c.values)  # a negative "bound" is refused at evidence time
+    with pytest.raises(PremiseError, match="c_t >= 0"):
+        bad.evidence(SOFTMAX_TV_TANH_SOUND)

@@ -8,7 +8,7 @@ environment.
 Format: unset or empty means off. Otherwise a comma-separated list of ``key=value``
 items; ``store`` is required::
 
-    WITCERT_VLLM="store=/var/lib/witcert/verdicts.sqlite,tau=0.1,bands=4,audit=0"
+    WITCERT_VLLM="store=/var/lib/witcert/verdicts.sqlite,tau=0.1,bands=4,audit=0,form=meter"
 
 - ``store``: the SQLite file the worker writes each finished request's verdict to and
   the server reads them from (created if missing; its folder must exist).
@@ -18,13 +18,17 @@ items; ``store`` is required::
 - ``audit``: ``1`` keeps the unquantized keys beside the cache and measures every
   cell's true total variation (tests only: it doubles the key memory); default ``0``.
 - ``delta``: each request's failure-probability budget ``delta_req`` (default 0.01).
+- ``form``: the TV bound each cell reports. ``meter`` (default) is the library's meter
+  ``min(e-form, two-sided)``, which weighs each token's logit bound by the compressed
+  attention and so recomputes it from the stored keys; ``tanh`` is ``tanh(max_t c_t)``,
+  looser and much cheaper (no keys, no attention weights). Both are certified.
 
 Every malformed item is an :class:`~witcert_calculus.errors.InvalidValueError` that
 names it.
 
 Main declarations
 -----------------
-- :class:`PluginConfig`, :data:`ENV_VAR`, :func:`from_environ`.
+- :class:`PluginConfig`, :data:`ENV_VAR`, :data:`FORMS`, :func:`from_environ`.
 """
 
 from __future__ import annotations
@@ -40,12 +44,14 @@ from typing import Final, final
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.validation import open_level, positive_int, unit_rational
 
-__all__ = ["ENV_VAR", "PluginConfig", "active", "from_environ"]
+__all__ = ["ENV_VAR", "FORMS", "PluginConfig", "active", "from_environ"]
 
 ENV_VAR: Final = "WITCERT_VLLM"
 """The environment variable that switches the plugin on and configures it."""
 
-_KEYS: Final = ("store", "tau", "bands", "audit", "delta")
+_KEYS: Final = ("store", "tau", "bands", "audit", "delta", "form")
+FORMS: Final = ("meter", "tanh")
+"""The TV bounds a cell can report (the ``form`` item)."""
 
 
 @final
@@ -59,6 +65,7 @@ class PluginConfig:
         bands: witness bands per key.
         audit: keep the exact keys and measure true total variation per cell.
         delta_req: each request's failure-probability budget.
+        form: the TV bound of each cell, one of :data:`FORMS`.
     """
 
     store: Path
@@ -66,8 +73,11 @@ class PluginConfig:
     bands: int = 4
     audit: bool = False
     delta_req: Fraction = Fraction(1, 100)
+    form: str = "meter"
 
     def __post_init__(self) -> None:
+        if self.form not in FORMS:
+            raise InvalidValueError("form", self.form, f"must be one of {list(FORMS)}")
         open_level("tau", self.tau)
         positive_int("bands", self.bands)
         unit_rational("delta", self.delta_req, open_interval=True)
@@ -77,10 +87,10 @@ class PluginConfig:
 
         Example:
             >>> PluginConfig(store=Path("/tmp/v.sqlite"), tau=0.2).to_env()
-            'store=/tmp/v.sqlite,tau=0.2,bands=4,audit=0,delta=1/100'
+            'store=/tmp/v.sqlite,tau=0.2,bands=4,audit=0,delta=1/100,form=meter'
         """
         return (f"store={self.store},tau={self.tau!r},bands={self.bands},"
-                f"audit={int(self.audit)},delta={self.delta_req}")
+                f"audit={int(self.audit)},delta={self.delta_req},form={self.form}")
 
 
 def from_environ(environ: Mapping[str, str]) -> PluginConfig | None:
@@ -127,7 +137,7 @@ def from_environ(environ: Mapping[str, str]) -> PluginConfig | None:
         raise InvalidValueError(ENV_VAR, text, f"a value does not parse: {exc}") from None
     try:
         return PluginConfig(store=store, tau=tau, bands=bands, audit=audit == "1",
-                            delta_req=delta)
+                            delta_req=delta, form=items.get("form", "meter"))
     except InvalidValueError as exc:  # name the item as it was written
         given = items.get(exc.name, str(exc.value))
         raise InvalidValueError(ENV_VAR, f"{exc.name}={given}", exc.reason) from None

@@ -46,7 +46,6 @@ from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
 from witcert_calculus.errors import EngineMismatchError, WitcertError
-from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.witness import RopeLayout
 
 import vllm
@@ -182,7 +181,7 @@ class Monitor:
             self.accounts = Accounts(
                 layers=self.n_layers, seats=self.seats, tau=self.config.tau,
                 audit=self.config.audit, delta_req=self.config.delta_req, session=self.session,
-                kv_cache_dtype=self.kv_cache_dtype)
+                kv_cache_dtype=self.kv_cache_dtype, form=self.config.form)
             _log.info("witcert: metering %d layers, %d slots, %s cache, audit=%s",
                       self.n_layers, nb * bs, self.kv_cache_dtype, self.config.audit)
         return self.buffer
@@ -305,8 +304,11 @@ class Monitor:
             gens = buffer.write(slots, w, exact)
             positions.wrote(seats[step.row_request], step.row_position, slots, gens)
         codes = positions.check(seats, step.slots, step.visible, buffer)
-        keys = visible_keys([self._caches[i][0] for i in read], step.slots, fmt=self.fmt,
-                            k_scales=[self._caches[i][1] for i in read], scratch=self._scratch)
+        keys = None
+        if self.config.form == "meter" or buffer.exact is not None:
+            keys = visible_keys([self._caches[i][0] for i in read], step.slots, fmt=self.fmt,
+                                k_scales=[self._caches[i][1] for i in read],
+                                scratch=self._scratch)
         every = len(read) == self.n_layers  # slots first: never copy a whole buffer
         witnesses = buffer.witness[:, step.slots]
         witnesses = witnesses if every else witnesses[read]
@@ -317,8 +319,8 @@ class Monitor:
         queries = torch.stack([self._reads[i] for i in read])
         m = meter_rows(step, queries=queries.view(len(read), step.rows, self.num_heads, -1),
                        keys=keys, witnesses=witnesses, scale=self.scale, layout=self.rope,
-                       tau=self.config.tau, exact_keys=exact_keys)
-        evidence = m.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+                       tau=self.config.tau, exact_keys=exact_keys, form=self.config.form)
+        evidence = m.basis.evidence(*m.theorems)
         for i, code in enumerate(codes.tolist()):
             if code:
                 self._fail(tallies[i], code, step.slots[i], step.visible[i], buffer, positions)

@@ -11,7 +11,9 @@ over layers, tokens or requests):
    ``c_t = scale * sum_b ||q_b|| w_{t,b}`` from the stored witnesses and the live query
    (an established :class:`~witcert_calculus.witness.LogitBound`), the compressed
    attention ``p~`` recomputed from the stored keys in float64, and the TV meter
-   ``min(e-form, two-sided)`` of :func:`witcert_kernels.meter.tv_bounds_batch`;
+   ``min(e-form, two-sided)`` of :func:`witcert_kernels.meter.tv_bounds_batch` (or, in the
+   cheap form, ``tanh(max c)`` of :func:`witcert_kernels.meter.tv_tanh_max_batch`, which
+   needs neither keys nor ``p~``);
 3. with audit keys, the true ``TV(p, p~)`` against exact attention on the unquantized keys;
 4. per request, the step's tallies, packed in one float64 tensor (one host read per step).
 
@@ -28,9 +30,12 @@ from typing import Final, final
 import torch
 
 from witcert_adapters.vllm_plugin.paged import StepLayout
+from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.tv_forms import TVBasis
 from witcert_calculus.witness import RopeLayout
-from witcert_kernels.meter import band_norms, logit_bound, round_up_f32, tv_bounds_batch
+from witcert_calculus.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_kernels.meter import band_norms, logit_bound, round_up_f32, tv_bounds_batch, \
+    tv_tanh_max_batch
 
 __all__ = ["SUMMARY", "StepMeter", "meter_rows", "write_witnesses"]
 
@@ -66,11 +71,13 @@ class StepMeter:
         summary: ``[R, len(SUMMARY)]`` float64 per-request tallies (columns :data:`SUMMARY`).
         meter: ``[L, T, H]`` raw meter values (report ``min(1, .)``).
         basis: what every bound of the step rests on (its evidence, read once per step).
+        theorems: the Lean theorems of the form reported.
     """
 
     summary: torch.Tensor
     meter: torch.Tensor
     basis: TVBasis
+    theorems: tuple[str, ...]
 
 
 def _segment_sum(x: torch.Tensor, index: torch.Tensor, n: int) -> torch.Tensor:
@@ -88,9 +95,9 @@ def _by_row(per_request: torch.Tensor, step: StepLayout) -> torch.Tensor:
     return per_request if step.rows == step.requests else per_request[:, step.row_request]
 
 
-def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor,
+def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor | None,
                witnesses: torch.Tensor, scale: float, layout: RopeLayout, tau: float,
-               exact_keys: torch.Tensor | None = None) -> StepMeter:
+               exact_keys: torch.Tensor | None = None, form: str = "meter") -> StepMeter:
     """Meter every (layer, row, head) cell of one step.
 
     Args:
@@ -101,25 +108,37 @@ def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor,
         witnesses: ``[L, R, S, kvh, B]`` their band witnesses.
         scale: the softmax scale; ``layout``: the rotary layout; ``tau``: coverage threshold.
         exact_keys: ``[L, R, S, kvh, d]`` unquantized keys (audit mode).
+        form: ``"meter"`` (``min(e-form, two-sided)``, needs ``keys``) or ``"tanh"``
+            (``tanh(max c)``; ``keys`` only with ``exact_keys``, for the audit).
 
     Returns:
         The :class:`StepMeter`.
     """
     n_layers, rows, heads, dim = queries.shape
-    kvh = int(keys.shape[2])
+    kvh = int(witnesses.shape[3])
     group = heads // kvh
     width = int(step.slots.shape[1])
     q = queries.to(_F64).view(n_layers, rows, kvh, group, dim)
     j = torch.arange(width)
     causal = step.visible[step.row_request] & (j.unsqueeze(0) <= step.row_position.unsqueeze(1))
     mask = causal.view(1, rows, 1, 1, width)  # [1, T, 1, 1, S]
-    logits = scale * torch.matmul(q, _by_row(keys, step).transpose(-1, -2))  # [L, T, kvh, G, S]
-    p_tilde = torch.softmax(logits.masked_fill(~mask, -torch.inf), dim=-1)
+    p_tilde = None
+    if keys is not None:
+        logits = scale * torch.matmul(q, _by_row(keys, step).transpose(-1, -2))  # [L,T,kvh,G,S]
+        p_tilde = torch.softmax(logits.masked_fill(~mask, -torch.inf), dim=-1)
     w_rows = _by_row(witnesses.permute(0, 1, 3, 2, 4), step).unsqueeze(3)
     w_rows = torch.where(mask.unsqueeze(-1), w_rows.to(_F64), 0.0)  # [L, T, kvh, 1, S, B]
     c = logit_bound(q, w_rows, scale=scale, layout=layout)
-    bounds = tv_bounds_batch(p_tilde, c, check=False)
-    meter = bounds.meter.reshape(n_layers, rows, heads)
+    if form == "tanh":
+        raw, basis = tv_tanh_max_batch(c)
+        theorems: tuple[str, ...] = (SOFTMAX_TV_TANH_SOUND,)
+    else:
+        if p_tilde is None:
+            raise InvalidValueError("keys", None, "the meter form needs the stored keys")
+        bounds = tv_bounds_batch(p_tilde, c, check=False)
+        raw, basis = bounds.meter, bounds.basis
+        theorems = (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+    meter = raw.reshape(n_layers, rows, heads)
     reported = torch.clamp(meter, max=1.0)
 
     cells_row = torch.full((rows,), float(n_layers * heads), dtype=_F64)
@@ -138,7 +157,7 @@ def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor,
                _segment_sum(saturated_row, idx, r), _segment_sum(nan_row, idx, r), req_max,
                (worst_arg // heads).to(_F64), (worst_arg % heads).to(_F64),
                step.row_position[worst_row].to(_F64)]
-    if exact_keys is None:
+    if exact_keys is None or p_tilde is None:
         zeros = torch.zeros(r, dtype=_F64)
         columns += [zeros, zeros, zeros, zeros]
     else:
@@ -151,4 +170,4 @@ def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor,
                     _segment_sum((excess > 0).sum(dim=(0, 2)), idx, r),
                     _segment_max(true_tv.amax(dim=(0, 2)), idx, r),
                     _segment_max(excess.amax(dim=(0, 2)), idx, r)]
-    return StepMeter(torch.stack(columns, dim=1), meter, bounds.basis)
+    return StepMeter(torch.stack(columns, dim=1), meter, basis, theorems)

@@ -62,7 +62,8 @@ class RequestVerdict:
             received (the internal one without vLLM's random suffix).
         account: the ledger account (unique within ``session``).
         session: the engine process that metered it.
-        kv_cache_dtype: the cache it was served from.
+        kv_cache_dtype: the cache it was served from; ``form``: the TV bound reported
+            (``meter`` or ``tanh``).
         tier: the ledger's verdict tier, or ``None`` when the request failed closed.
         failure: why the request failed closed (``None`` otherwise).
         tau: coverage threshold; ``coverage``: share of cells with meter ``<= tau``.
@@ -82,6 +83,7 @@ class RequestVerdict:
     account: int
     session: str
     kv_cache_dtype: str
+    form: str
     tier: str | None
     failure: str | None
     tau: float
@@ -203,15 +205,17 @@ class Accounts:
         layers: attention layers metered; ``seats``: concurrent requests at most.
         tau: coverage threshold; ``audit``: whether cells are audited.
         delta_req: each request's budget; ``session``: this engine's id;
-        kv_cache_dtype: what is served.
+        kv_cache_dtype: what is served; ``form``: the TV bound each cell reports.
     """
 
-    __slots__ = ("_free", "_live", "audit", "delta_req", "kv_cache_dtype", "layers", "ledger",
-                 "session", "tau")
+    __slots__ = ("_free", "_live", "audit", "delta_req", "form", "kv_cache_dtype", "layers",
+                 "ledger", "session", "tau")
 
     def __init__(self, *, layers: int, seats: int, tau: float, audit: bool,
-                 delta_req: Fraction, session: str, kv_cache_dtype: str) -> None:
+                 delta_req: Fraction, session: str, kv_cache_dtype: str,
+                 form: str = "meter") -> None:
         self.layers = layers
+        self.form = form
         self.tau = tau
         self.audit = audit
         self.delta_req = delta_req
@@ -297,7 +301,7 @@ class Accounts:
         gate = _gate(t)
         return RequestVerdict(
             request=request, external=external_id(request), account=t.account,
-            session=self.session, kv_cache_dtype=self.kv_cache_dtype,
+            session=self.session, kv_cache_dtype=self.kv_cache_dtype, form=self.form,
             tier=None if t.failure is not None else str(verdict.tier.name),
             failure=t.failure, tau=self.tau,
             coverage=(t.covered / t.cells) if t.cells else 0.0, cells=t.cells,
