@@ -101,6 +101,10 @@ def serve_battery(kv: str, *, model: Path, folder: Path,
                   sum(1 for x in lines if x.startswith("vllm:")))
 
 
+def _name(kv: str) -> str:
+    return "bf16" if kv == "auto" else kv
+
+
 def _cell(v: dict[str, Any]) -> str:
     w = v["worst"]
     tier = {"CERTIFIED": "cert", "PARTIALLY_CERTIFIED": "part"}.get(str(v["tier"]), "FAIL")
@@ -121,16 +125,15 @@ def report(served: Sequence[Served], *, missing: Sequence[str] = ()) -> str:
     for i, (kind, prompt) in enumerate(BATTERY):
         lines.append(f"request {i + 1} ({kind}): {prompt!r}")
         for s in served:
-            name = "bf16" if s.kv_cache_dtype == "auto" else s.kv_cache_dtype
-            lines.append(f"  {name:5s} {s.texts[i][:40]!r:44s} | {_cell(s.verdicts[i])}")
+            lines.append(f"  {_name(s.kv_cache_dtype):5s} {s.texts[i][:40]!r:44s} | "
+                         f"{_cell(s.verdicts[i])}")
     lines.append("")
     for s in served:
-        name = "bf16" if s.kv_cache_dtype == "auto" else s.kv_cache_dtype
         cells = sum(v["cells"] for v in s.verdicts)
         covered = sum(v["covered"] for v in s.verdicts)
         viol = sum(v["violations"] for v in s.verdicts)
-        lines.append(f"{name}: {len(s.verdicts)} requests, {cells} cells, coverage "
-                     f"{covered / cells:.3f}, audited violations {viol}; /metrics: "
+        lines.append(f"{_name(s.kv_cache_dtype)}: {len(s.verdicts)} requests, {cells} cells, "
+                     f"coverage {covered / cells:.3f}, audited violations {viol}; /metrics: "
                      f"{len(s.metrics)} witcert_ lines next to {s.vllm_metrics} of vLLM's")
     return "\n".join(lines) + "\n"
 

@@ -152,6 +152,11 @@ class Monitor:
             raise EngineMismatchError("kv_cache_dtype", self.kv_cache_dtype, impl.kv_cache_dtype)
         self.fmt = fmt
         self.kv_cache_dtype = impl.kv_cache_dtype
+        shape = (int(impl.num_heads), float(impl.scale))
+        if self.n_layers and shape != (self.num_heads, self.scale):
+            raise EngineMismatchError("attention layers", f"heads and scale {shape}",
+                                      f"{(self.num_heads, self.scale)} in another layer")
+        self.num_heads, self.scale = shape
         self.n_layers += 1
         from vllm.config import get_current_vllm_config
         cfg = get_current_vllm_config()
@@ -227,12 +232,9 @@ class Monitor:
                 "the keys read back differ from the keys written")
         self._checked.add(layer)
 
-    def read(self, layer: int, impl: WitcertCPUAttentionImpl, query: torch.Tensor,
-             metadata: Any) -> None:
+    def read(self, layer: int, query: torch.Tensor, metadata: Any) -> None:
         """Capture a layer's queries (and the step's metadata, shared by every layer)."""
         n = int(metadata.num_actual_tokens)
-        self.num_heads = int(impl.num_heads)
-        self.scale = float(impl.scale)
         if self._metadata is None:
             self._metadata = metadata
         elif metadata is not self._metadata:
@@ -250,10 +252,10 @@ class Monitor:
         if self.accounts is None or self.positions is None:
             return
         for request in sorted(scheduler_output.finished_req_ids):
-            t = next((x for x in self.accounts.live() if x.request == request), None)
+            seat = self.accounts.seat(request)
             verdict = self.accounts.finish(request)
-            if verdict is not None and t is not None:
-                self.positions.clear(t.seat)
+            if verdict is not None and seat is not None:
+                self.positions.clear(seat)
                 self.store.put(verdict)
 
     def end(self, runner: Any, scheduler_output: Any) -> None:
@@ -398,7 +400,7 @@ class WitcertCPUAttentionImpl(cpu_attn.CPUAttentionBackendImpl):  # type: ignore
         out: torch.Tensor = super().forward(layer, query, key, value, kv_cache, attn_metadata,
                                             output, output_scale, output_block_scale)
         if attn_metadata is not None:
-            self._witcert.read(self._index(layer), self, query, attn_metadata)
+            self._witcert.read(self._index(layer), query, attn_metadata)
         return out
 
 

@@ -153,7 +153,8 @@ def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor | 
     worst_row = torch.full((r,), rows, dtype=torch.int64).scatter_reduce(
         0, idx, candidate, reduce="amin", include_self=True)
     worst_arg = row_arg[worst_row]
-    columns = [_segment_sum(cells_row, idx, r), _segment_sum(covered_row, idx, r),
+    cells = _segment_sum(cells_row, idx, r)
+    columns = [cells, _segment_sum(covered_row, idx, r),
                _segment_sum(saturated_row, idx, r), _segment_sum(nan_row, idx, r), req_max,
                (worst_arg // heads).to(_F64), (worst_arg % heads).to(_F64),
                step.row_position[worst_row].to(_F64)]
@@ -166,7 +167,7 @@ def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor | 
         p = torch.softmax(exact_logits.masked_fill(~mask, -torch.inf), dim=-1)
         true_tv = (0.5 * (p - p_tilde).abs().sum(dim=-1)).reshape(n_layers, rows, heads)
         excess = true_tv - reported
-        columns += [_segment_sum(cells_row, idx, r),
+        columns += [cells,  # every cell is audited
                     _segment_sum((excess > 0).sum(dim=(0, 2)), idx, r),
                     _segment_max(true_tv.amax(dim=(0, 2)), idx, r),
                     _segment_max(excess.amax(dim=(0, 2)), idx, r)]

@@ -45,7 +45,6 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
                             logprobs=1)
     prompts: list[str] = json.loads(args.prompts_json)
     timings: dict[str, list[float]] = {}
-    outputs: list[Any] = []
     # Timed batteries first (the first `b` prompts, `repeat` times each), then the recorded
     # generation of every prompt.
     for b in [int(x) for x in args.batch_sizes.split(",") if x]:

@@ -70,6 +70,30 @@ def cache_format(kv_cache_dtype: str) -> CacheFormat:
     return fmt
 
 
+def _key_blocks(cache: torch.Tensor) -> torch.Tensor:
+    # One layer's keys as ``[num_blocks, kv_heads, head_dim, block_size]`` (a view).
+    nb, kvh, bs, two_d = cache.shape
+    return cache.view(nb, kvh, 2, two_d // 2, bs)[:, :, 0]
+
+
+def _dequantize(raw: torch.Tensor, *, fmt: CacheFormat, k_scales: Sequence[float],
+                scratch: list[torch.Tensor] | None = None) -> torch.Tensor:
+    # ``[L, ...]`` stored elements to float64 exactly: the element's value, times the
+    # layer's key scale for fp8 (written into the scratch buffer when one is given).
+    if fmt is not CacheFormat.MODEL_DTYPE:
+        raw = raw.view(_FP8_VIEW[fmt])
+    if scratch is None:
+        out = raw.to(torch.float64)
+    else:
+        if scratch[0].numel() < raw.numel():
+            scratch[0] = torch.empty(raw.numel(), dtype=torch.float64)
+        out = scratch[0][:raw.numel()].view(raw.shape).copy_(raw)
+    if fmt is not CacheFormat.MODEL_DTYPE:
+        scale = torch.tensor(list(k_scales), dtype=torch.float64)
+        out.mul_(scale.view(-1, *([1] * (raw.dim() - 1))))
+    return out
+
+
 def stored_keys(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *, fmt: CacheFormat,
                 k_scales: Sequence[float]) -> torch.Tensor:
     """The keys of ``slots`` as each layer's cache holds them, dequantized exactly, float64.
@@ -83,15 +107,10 @@ def stored_keys(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *, fmt: 
     Returns:
         ``[layers, ..., kv_heads, head_dim]`` float64.
     """
-    nb, kvh, bs, two_d = kv_caches[0].shape
+    bs = int(kv_caches[0].shape[2])
     block, offset = slots // bs, slots % bs
-    raw = torch.stack([c.view(nb, kvh, 2, two_d // 2, bs)[:, :, 0][block, :, :, offset]
-                       for c in kv_caches])  # [L, ..., kvh, d], keys stored as [d, bs]
-    if fmt is CacheFormat.MODEL_DTYPE:
-        return raw.to(torch.float64)
-    scale = torch.tensor(list(k_scales), dtype=torch.float64)
-    scale = scale.view(-1, *([1] * (raw.dim() - 1)))
-    return raw.view(_FP8_VIEW[fmt]).to(torch.float64) * scale
+    raw = torch.stack([_key_blocks(c)[block, :, :, offset] for c in kv_caches])
+    return _dequantize(raw, fmt=fmt, k_scales=k_scales)  # [L, ..., kvh, d]
 
 
 def visible_keys(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *, fmt: CacheFormat,
@@ -110,22 +129,12 @@ def visible_keys(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *, fmt:
         ``[layers, R, kv_heads, S, head_dim]`` float64, gathered in that order (no copy to
         transpose afterwards); a view of the scratch buffer when one is given.
     """
-    nb, kvh, bs, two_d = kv_caches[0].shape
+    kvh, bs = int(kv_caches[0].shape[1]), int(kv_caches[0].shape[2])
     block, offset = (slots // bs).unsqueeze(1), (slots % bs).unsqueeze(1)  # [R, 1, S]
     heads = torch.arange(kvh).view(1, kvh, 1)
-    raw = torch.stack([c.view(nb, kvh, 2, two_d // 2, bs)[:, :, 0].transpose(2, 3)
-                       [block, heads, offset] for c in kv_caches])  # [L, R, kvh, S, d]
-    if fmt is not CacheFormat.MODEL_DTYPE:
-        raw = raw.view(_FP8_VIEW[fmt])
-    if scratch is None:
-        out = raw.to(torch.float64)
-    else:
-        if scratch[0].numel() < raw.numel():
-            scratch[0] = torch.empty(raw.numel(), dtype=torch.float64)
-        out = scratch[0][:raw.numel()].view(raw.shape).copy_(raw)
-    if fmt is not CacheFormat.MODEL_DTYPE:
-        out.mul_(torch.tensor(list(k_scales), dtype=torch.float64).view(-1, 1, 1, 1, 1))
-    return out
+    raw = torch.stack([_key_blocks(c).transpose(2, 3)[block, heads, offset]
+                       for c in kv_caches])  # [L, R, kvh, S, d]
+    return _dequantize(raw, fmt=fmt, k_scales=k_scales, scratch=scratch)
 
 
 @final
@@ -184,7 +193,8 @@ class StepLayout:
             raise InvalidValueError("slot_mapping", int(slot_mapping.numel()),
                                     f"must name a slot for each of the {rows} rows")
         if bool((q_lens > seq).any()) or bool((row_slot < 0).any()):
-            raise InvalidValueError("attn_metadata", ([int(x) for x in q_lens], [int(x) for x in seq]),
+            raise InvalidValueError("attn_metadata",
+                                    ([int(x) for x in q_lens], [int(x) for x in seq]),
                                     "a request has more rows than visible tokens, or a row "
                                     "writes no slot")
         row_request = torch.repeat_interleave(torch.arange(requests), q_lens)

@@ -30,8 +30,10 @@ from typing import Any, final
 import numpy as np
 import numpy.typing as npt
 
-from witcert_adapters.gate import GateVerdict, Stage, StageResult, ordered_verdict, declared_problems
+from witcert_adapters.gate import GateVerdict, Stage, StageResult, declared_problems, \
+    ordered_verdict
 from witcert_adapters.runs import ProbePath, Site
+from witcert_adapters.vllm_plugin.meter import SUMMARY
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.ledger import RiskLedger
@@ -153,18 +155,21 @@ class RequestTally:
     true_max: float = 0.0
     failure: str | None = None
 
+    @property
+    def paths(self) -> tuple[ProbePath, ...]:
+        """The paths every layer declares (the audit's only in audit mode)."""
+        return (ProbePath.WRITE, ProbePath.READ) + ((ProbePath.AUDIT,) if self.audit else ())
+
     def sites(self) -> frozenset[Site]:
         """Observed ``(layer, path)`` sites (a path counts once it produced data)."""
-        paths = [ProbePath.WRITE, ProbePath.READ] + ([ProbePath.AUDIT] if self.audit else [])
         counts = {ProbePath.WRITE: self.writes, ProbePath.READ: self.reads,
                   ProbePath.AUDIT: self.reads if self.audited else np.zeros_like(self.reads)}
-        return frozenset((layer, p) for p in paths for layer in range(self.layers)
+        return frozenset((layer, p) for p in self.paths for layer in range(self.layers)
                          if int(counts[p][layer]) > 0)
 
 
 def _gate(t: RequestTally) -> GateVerdict:
-    paths = [ProbePath.WRITE, ProbePath.READ] + ([ProbePath.AUDIT] if t.audit else [])
-    declared = frozenset((layer, p) for layer in range(t.layers) for p in paths)
+    declared = frozenset((layer, p) for layer in range(t.layers) for p in t.paths)
     problems = declared_problems(declared, t.sites())
     bad_w = [layer for layer in range(t.layers) if int(t.writes[layer]) != t.written_rows]
     bad_r = [layer for layer in range(t.layers) if int(t.reads[layer]) != t.rows]
@@ -177,7 +182,7 @@ def _gate(t: RequestTally) -> GateVerdict:
         problems.append(t.failure)
     coverage = StageResult(Stage.COVERAGE, not problems,
                            "; ".join(problems) if problems else
-                           f"{t.layers} layers x {len(paths)} paths, {t.rows} rows",
+                           f"{t.layers} layers x {len(t.paths)} paths, {t.rows} rows",
                            checked=t.layers, failures=len(problems))
 
     def magnitude() -> StageResult:
@@ -243,9 +248,10 @@ class Accounts:
             self._live[request] = t
         return t
 
-    def live(self) -> Sequence[RequestTally]:
-        """The live tallies."""
-        return tuple(self._live.values())
+    def seat(self, request: str) -> int | None:
+        """The seat of a live request (``None`` if it is not live)."""
+        t = self._live.get(request)
+        return None if t is None else t.seat
 
     def add_step(self, tallies: Sequence[RequestTally], summary: Sequence[Sequence[float]],
                  q_lens: Sequence[int], *, written: Iterable[int], read: Iterable[int],
@@ -272,17 +278,19 @@ class Accounts:
             t.steps += 1
             t.prefill_steps += int(q > 1)
             t.mixed_steps += int(mixed)
-            cells, covered, saturated, nan, worst, layer, head, pos = row[:8]
-            t.cells += int(cells)
-            t.covered += int(covered)
-            t.saturated += int(saturated)
-            t.nan += int(nan)
+            col = dict(zip(SUMMARY, row, strict=True))
+            t.cells += int(col["cells"])
+            t.covered += int(col["covered"])
+            t.saturated += int(col["saturated"])
+            t.nan += int(col["nan"])
+            worst = float(col["worst"])
             if worst > t.worst.meter or t.worst.layer < 0:
-                t.worst = WorstCell(float(worst), int(layer), int(head), int(pos))
-            t.audited += int(row[8])
-            t.violations += int(row[9])
-            t.true_max = max(t.true_max, float(row[10]))
-            reading = Reading(AttentionTV[AtConsume], float(worst), evidence=evidence,
+                t.worst = WorstCell(worst, int(col["worst_layer"]), int(col["worst_head"]),
+                                    int(col["worst_position"]))
+            t.audited += int(col["audited"])
+            t.violations += int(col["violations"])
+            t.true_max = max(t.true_max, float(col["true_max"]))
+            reading = Reading(AttentionTV[AtConsume], worst, evidence=evidence,
                               delta=Fraction(0))
             self.ledger.admit(t.account, reading)
 

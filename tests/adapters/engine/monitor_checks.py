@@ -33,7 +33,6 @@ from witcert_adapters.vllm_plugin.store import VerdictStore
 LAYERS, KVH, H, D, BS, NB = 2, 2, 4, 64, 128, 4
 GEN = torch.Generator().manual_seed(0)
 CACHES = [torch.zeros(NB, KVH, BS, 2 * D, dtype=torch.bfloat16) for _ in range(LAYERS)]
-IMPL = SimpleNamespace(num_heads=H, scale=D ** -0.5)
 
 
 def step(mon: Monitor, rows: list[tuple[str, list[int], int, list[int]]],
@@ -61,7 +60,7 @@ def step(mon: Monitor, rows: list[tuple[str, list[int], int, list[int]]],
                                        "vec", kv_cache_dtype="auto")
         mon.wrote(layer, key, cache, md.slot_mapping, 1.0)
         query = torch.randn(len(slot_map), H, D, generator=GEN).to(torch.bfloat16)
-        mon.read(layer, IMPL, query, md)  # type: ignore[arg-type]
+        mon.read(layer, query, md)
     runner = SimpleNamespace(input_batch=SimpleNamespace(req_ids=[r for r, _, _, _ in rows]),
                              get_model=lambda: torch.nn.Module())
     mon.end(runner, sched)
@@ -72,6 +71,7 @@ def main() -> None:
     mon = Monitor(PluginConfig(store=store, tau=0.1, audit=True))
     mon.n_layers, mon.seats, mon.length = LAYERS, 4, 256
     mon.fmt, mon.kv_cache_dtype = CacheFormat.MODEL_DTYPE, "auto"
+    mon.num_heads, mon.scale = H, D ** -0.5
     step(mon, [("clean-aaaaaaaa", [0, 1, 2], 3, [0]),
                ("victim-bbbbbbbb", [128, 129, 130], 3, [1])])
     step(mon, [("clean-aaaaaaaa", [3], 4, [0]),
