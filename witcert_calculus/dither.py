@@ -248,7 +248,17 @@ def _round_up_f16(x: F64) -> NDArray[np.float16]:
 
 
 def select_outlier_pairs(x: ArrayLike, *, count: int, layout: RopeLayout) -> NDArray[np.intp]:
-    """The ``count`` RoPE pairs with the largest pair norm over all tokens (sorted indices).
+    """The ``count`` RoPE pairs of largest energy over the given tokens (sorted indices).
+
+    The choice rule: pair ``j`` with channels ``(a, b)`` has energy
+    ``sum_t (x_{t,a}^2 + x_{t,b}^2)``; the ``count`` largest are kept, ties to the lower
+    index. A store fixes them once per ``(layer, kv head)`` from the prefill keys and keeps
+    them for the request (the torch port ``witcert_kernels.dither.select_outlier_pairs``
+    applies the same rule to batched keys).
+
+    Raises:
+        InvalidValueError: non-finite keys, an odd head dimension, or ``count`` above
+            ``head_dim / 2``.
 
     Example:
         >>> x = np.zeros((3, 8)); x[1, 2] = 50.0
@@ -261,9 +271,10 @@ def select_outlier_pairs(x: ArrayLike, *, count: int, layout: RopeLayout) -> NDA
     if pc is None:
         raise InvalidValueError("head_dim", a.shape[1], "must be even (RoPE acts on pairs)")
     if n > pc.shape[0]:
-        raise InvalidValueError("count", count, f"must be <= head_dim/2 = {pc.shape[0]}")
-    pair_norm = np.sqrt(a[:, pc[:, 0]] ** 2 + a[:, pc[:, 1]] ** 2).max(axis=0)
-    top = np.argsort(-pair_norm, kind="stable")[:n]
+        raise InvalidValueError("count", count, f"must be <= head_dim/2 = {pc.shape[0]} pairs")
+    energy = (a * a).sum(axis=0)
+    pair_energy = energy[pc[:, 0]] + energy[pc[:, 1]]
+    top = np.argsort(-pair_energy, kind="stable")[:n]
     out: NDArray[np.intp] = np.sort(top).astype(np.intp)
     return out
 

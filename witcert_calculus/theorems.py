@@ -59,6 +59,7 @@ __all__ = [
     "TELESCOPE_SUM_EQ",
     "TV_EFORM_SOUND",
     "TV_RETENTION_SOUND",
+    "TV_SINGLE_TOKEN",
     "TV_TWO_SIDED_SOUND",
     "TWO_LAYER_BUDGET",
     "TheoremRecord",
@@ -119,6 +120,7 @@ RATE_UPPER_BOUND_SOUND: Final = "WitCert.Meters.rate_upper_bound_sound"
 SENTINEL_ROUNDS_SOUND: Final = "WitCert.Meters.sentinel_rounds_sound"
 TV_EFORM_SOUND: Final = "WitCert.Meters.tv_eform_sound"
 TV_RETENTION_SOUND: Final = "WitCert.Meters.tv_retention_sound"
+TV_SINGLE_TOKEN: Final = "WitCert.Meters.tv_single_token"
 TV_TWO_SIDED_SOUND: Final = "WitCert.Meters.tv_two_sided_sound"
 
 # ----------------------------------------------------------------------------- Tier

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Generic, TypeVar, final
+from typing import Any, Final, Generic, TypeVar, final
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -60,6 +60,7 @@ from witcert_calculus.theorems import (
     SOFTMAX_TV_TANH_SOUND,
     TV_EFORM_SOUND,
     TV_RETENTION_SOUND,
+    TV_SINGLE_TOKEN,
     TV_TWO_SIDED_SOUND,
 )
 from witcert_calculus.tiers import (
@@ -210,11 +211,14 @@ class TVBasis:
             or ``None`` when ``c`` was the caller's own array (then its premise is the
             assumption :data:`~witcert_calculus.witness.CALLER_LOGIT_BOUND`).
         delta: the failure probability of ``c`` (0 for Tier A; for Tier B, per query row).
+        also: theorems every reading of these bounds also cites (e.g.
+            ``WitCert.Meters.tv_single_token`` where rows with one visible token report 0).
     """
 
     checks: tuple[tuple[str, object], ...]
     logit: Evidence | None
     delta: Fraction
+    also: tuple[str, ...] = ()
 
     @property
     def assumptions(self) -> tuple[Assumption, ...]:
@@ -248,7 +252,7 @@ class TVBasis:
             ['c_t >= |eps_t|']
         """
         premises = tuple(Premise(statement, bool(truth)) for statement, truth in self.checks)
-        proofs = tuple(Proof(t, premises) for t in (theorem, *more))
+        proofs = tuple(Proof(t, premises) for t in (theorem, *more, *self.also))
         parts: tuple[Proof | Restricted | Composition, ...]
         restriction: str | None = None
         if self.logit is None:
@@ -290,10 +294,11 @@ def _subsets(e: Evidence) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _basis(c: object, checks: tuple[tuple[str, object], ...]) -> TVBasis:
+def _basis(c: object, checks: tuple[tuple[str, object], ...],
+           also: tuple[str, ...] = ()) -> TVBasis:
     """The basis of bounds computed from ``c`` (a LogitBound or the caller's array)."""
     if not isinstance(c, LogitBound):
-        return TVBasis(checks=checks, logit=None, delta=Fraction(0))
+        return TVBasis(checks=checks, logit=None, delta=Fraction(0), also=also)
     bound: LogitBound[Any] = c  # pyright: ignore[reportUnknownVariableType]
     established = is_established(bound)
     if not established:
@@ -304,7 +309,7 @@ def _basis(c: object, checks: tuple[tuple[str, object], ...]) -> TVBasis:
                f"established by {bound.source} ({', '.join(theorems_of(bound.evidence))})",
                established)
     return TVBasis(checks=(premise, *bound.checks, *checks), logit=bound.evidence,
-                   delta=bound.delta)
+                   delta=bound.delta, also=also)
 
 
 def _values(c: LogitBound[Any] | ArrayLike) -> ArrayLike:
@@ -314,6 +319,11 @@ def _values(c: LogitBound[Any] | ArrayLike) -> ArrayLike:
         bound: LogitBound[Any] = c  # pyright: ignore[reportUnknownVariableType]
         return np.asarray(bound.values, dtype=np.float64)
     return c
+
+
+#: The computed premise of reporting 0 on rows with one visible token.
+SINGLE_TOKEN_PREMISE: Final = ("every row with one visible token has at most one nonzero "
+                               "p_tilde entry")
 
 
 def _checks(p: F64 | None, c: F64) -> tuple[tuple[str, object], ...]:
@@ -410,7 +420,8 @@ class TVBatch(Generic[ArrayT]):
     basis: TVBasis
 
 
-def tv_bounds_batch(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBatch[F64]:
+def tv_bounds_batch(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike, *,
+                    visible: ArrayLike | None = None) -> TVBatch[F64]:
     """All TV bounds for a batch of queries, vectorized.
 
     Args:
@@ -418,6 +429,11 @@ def tv_bounds_batch(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBat
             renormalized).
         c: per-token logit error bounds ``>= 0`` (``inf`` allowed), shape ``(N, S)``: a
             :class:`~witcert_calculus.witness.LogitBound` or the caller's own array.
+        visible: tokens each row attends to, shape ``(N,)`` (``None``: not known). A row
+            with one visible token has TV exactly 0 whatever its logit errors (softmax over
+            one token is 1; Lean ``WitCert.Meters.tv_single_token``): every form reports 0
+            there, and the readings cite that theorem too. Its premise, computed: such a
+            row's ``p_tilde`` has at most one nonzero entry.
 
     Returns:
         A :class:`TVBatch` of raw bounds and their :class:`TVBasis`.
@@ -433,9 +449,21 @@ def tv_bounds_batch(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBat
     """
     p, cc = weights_and_bounds(p_tilde, _values(c), ndim=2)
     la, lm, e, t, r = _forms(p, cc)
+    th = _tanh_max(cc)
+    checks = _checks(p, cc)
+    also: tuple[str, ...] = ()
+    if visible is not None:
+        v = np.asarray(visible)
+        if v.shape != (p.shape[0],):
+            raise InvalidValueError("visible", f"array of shape {v.shape}",
+                                    f"must have one entry per row ({p.shape[0]})")
+        one = v == 1
+        e, t, r, th = (np.where(one, 0.0, x) for x in (e, t, r, th))
+        checks = (*checks, (SINGLE_TOKEN_PREMISE, bool((~one | ((p > 0).sum(axis=-1) <= 1)).all())))
+        also = (TV_SINGLE_TOKEN,)
     return TVBatch(eform=e, two_sided=t, retention=r, meter=np.minimum(e, t),
-                   tanh_max=_tanh_max(cc), log_a=la, log_a_minus=lm,
-                   basis=_basis(c, _checks(p, cc)))
+                   tanh_max=th, log_a=la, log_a_minus=lm,
+                   basis=_basis(c, checks, also))
 
 
 def tv_eform(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:

@@ -17,24 +17,28 @@ them) and evaluates the Tier-A meter for every (layer, head, query position) cel
 ``audit=True`` the exact keys are kept as well and the true TV against exact attention is
 computed in float64 for every cell (used by the acceptance gate's soundness stage).
 
-Tier B (probabilistic), for a scheme with a dithered key store (``dither_int8``): the
-cache also records each token's float16 block scales ``s_{b,t}`` as stored, and when the
-probe is given a :class:`~witcert_calculus.ledger.RiskLedger`, every forward call of the
-model is one probabilistic event of the request's account. Before the call the probe asks
-the ledger for the next telescoping allowance ``delta_i`` (``next_allowance``); inside,
-each (layer, head, query row) cell gets ``delta_loc = delta_i / (L H rows)`` (rounded
-down), the sub-Gaussian radius ``u_t = sqrt(2 varsigma_t^2 log(2 S_row / delta_loc))`` with
-``varsigma_t^2 = scale^2 sum_b s_{b,t}^2 ||q_b||^2 / 12`` over the row's ``S_row`` visible
-tokens, plus the deterministic ``scale ||q|| ||fl(x_hat_t) - x_hat_t||`` of rounding the
-float64 reconstruction to the model's dtype, and the same TV forms as Tier A with ``c_t = u_t`` (plus the Tier-A bound of any
-logit part whose slot is not dithered, e.g. the rope part of a latent cache). After the
-call the forward's worst cell becomes one ``Reading`` with ``delta = delta_i``, admitted
-with ``RiskLedger.admit`` (the ledger charges ``delta_i``; after ``n`` forwards the spend is
-``delta_req (1 - 1/(n+1))``). By the union bound every cell of the forward holds except
-with probability ``delta_i``. The certificate is scoped to non-adaptive queries (queries
-independent of the layer's dither stream: a teacher-forced or fixed token sequence, where
-a layer's queries depend only on other layers' streams); the deterministic Tier-A meter is
-the adaptive-safe one and is always reported next to it.
+Tier B (probabilistic), for a scheme with a dithered key store (``dither_int8``,
+``dither_int8_g32_m4``, ...): the cache also records each token's float16 block scales
+``s_{b,t}`` as stored, and when the probe is given a
+:class:`~witcert_calculus.ledger.RiskLedger`, every forward call of the model is one
+probabilistic event of the request's account. Before the call the probe asks the ledger for
+the next telescoping allowance ``delta_i`` (``next_allowance``); inside, each (layer, head,
+query row) cell gets ``delta_loc = delta_i / (L H rows)`` (rounded down), the sub-Gaussian
+radius ``u_t = sqrt(2 varsigma_t^2 log(2 S_row / delta_loc))`` with ``varsigma_t^2 = scale^2
+sum_b s_{b,t}^2 ||q_b||^2 / 12`` over the row's ``S_row`` visible tokens (``q_b`` restricted
+to the block's dithered channels: outlier pairs, fixed per (layer, kv head) on the layer's
+first write and kept for the request, are exact), plus the deterministic ``scale ||q|| ||k_t
+- x_hat_t||`` of what the cache holds (the float64 reconstruction rounded to the model's
+dtype, outlier channels as their float16 values), and the same TV forms as Tier A with ``c_t
+= u_t`` (plus the Tier-A bound of any logit part whose slot is not dithered, e.g. the rope
+part of a latent cache). After the call the forward's worst cell becomes one ``Reading``
+with ``delta = delta_i``, admitted with ``RiskLedger.admit`` (the ledger charges
+``delta_i``; after ``n`` forwards the spend is ``delta_req (1 - 1/(n+1))``). By the union
+bound every cell of the forward holds except with probability ``delta_i``. The certificate
+is scoped to non-adaptive queries (queries independent of the layer's dither stream: a
+teacher-forced or fixed token sequence, where a layer's queries depend only on other layers'
+streams); the deterministic Tier-A meter is the adaptive-safe one and is always reported
+next to it.
 
 No per-layer host synchronisation: results stay as tensors until :meth:`Probe.result`
 (Tier B syncs once per forward call, to admit the forward's reading).
@@ -72,6 +76,7 @@ from witcert_adapters.architectures import ArchSpec, spec_for
 from witcert_adapters.records import (
     AuditRecord,
     FloatArray,
+    KeyStoreRecord,
     LayerRecord,
     ReadRecord,
     TierBRecord,
@@ -86,10 +91,10 @@ from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.records import Admission
 from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.tv_forms import TVBasis
+from witcert_calculus.tv_forms import TVBasis, TVBatch
 from witcert_calculus.validation import positive_int
-from witcert_calculus.witness import LogitBound
-from witcert_kernels.dither import tier_b_logit_bound
+from witcert_calculus.witness import LogitBound, RopeLayout
+from witcert_kernels.dither import pair_energy, tier_b_logit_bound
 from witcert_kernels.meter import (
     band_norms,
     l2_norm,
@@ -130,8 +135,15 @@ class WriteStep:
         exact: with ``audit=True``, the exact ``(key_states, value_states)``; else ``None``.
         dither_scales: a dithered key store's float16 block scales ``[B, Hkv, T, nb]`` as
             stored; ``None`` for any other scheme.
-        dither_cast: with a dithered store, ``||fl(x_hat) - x_hat||`` per token (the
-            deterministic rounding of the reconstruction to the model's dtype).
+        dither_cast: with a dithered store, ``||k - x_hat||`` per token for the key ``k`` the
+            cache holds (the deterministic rounding of the reconstruction to the model's
+            dtype and of the outlier values to float16).
+        store_bytes: with a dithered store, the bytes of this write's packed codes, scales
+            and outlier values per kv head and batch row (summed over its tokens), measured
+            from the stored tensors.
+        pair_overlap: with outlier pairs, per token of a write after the first, the
+            fraction of the token's own top-``m`` pairs (by pair energy) that are among the
+            layer's fixed pairs ``[B, Hkv, T]``; ``None`` otherwise.
     """
 
     tokens: int
@@ -142,6 +154,8 @@ class WriteStep:
     exact: tuple[torch.Tensor, torch.Tensor] | None = None
     dither_scales: torch.Tensor | None = None
     dither_cast: torch.Tensor | None = None
+    store_bytes: float = 0.0
+    pair_overlap: torch.Tensor | None = None
 
 
 @final
@@ -156,6 +170,8 @@ class ReadStep:
         positions: the call's query positions ``[Q]``.
         q_norm: the largest norm of the first logit slot's query (a 0-d tensor).
         out_bound: the attention-output error bound (dense memories), else ``None``.
+        value_scale: with ``out_bound``, the ``max_t ||v_t||`` it scales with ``[B, H, Q]``
+            (the output bound relative to it is comparable with a TV threshold).
         basis: what the call's TV bounds rest on (:class:`~witcert_calculus.tv_forms.TVBasis`:
             the logit bound's evidence and the premises computed from the call's inputs).
     """
@@ -169,6 +185,7 @@ class ReadStep:
     q_norm: torch.Tensor
     out_bound: torch.Tensor | None = None
     basis: TVBasis | None = None
+    value_scale: torch.Tensor | None = None
 
 
 @final
@@ -179,10 +196,13 @@ class TierBStep:
     Attributes:
         meter: raw Tier-B min-form bound ``[B, H, Q]``.
         delta_loc: the per-cell failure probability of each row ``[Q]``.
+        fixed_meter: the same bound at the fixed-horizon allocation
+            ``delta_req / (L H T)`` (for comparison; never admitted), or ``None``.
     """
 
     meter: torch.Tensor
     delta_loc: torch.Tensor
+    fixed_meter: torch.Tensor | None = None
 
 
 @final
@@ -228,7 +248,12 @@ class LayerLog:
         written / metered / tier_b_steps / audited: the step records, in call order.
         last_p / last_c: ``p_tilde`` and ``c`` of the most recent query row ``[B, H, S]``.
         last_u: the Tier-B ``c`` (radius plus undithered parts) of that row.
-        dither_block: the dithered key store's block size (0 without one).
+        outlier_pairs: a dithered store's outlier pairs ``[Hkv, m]``, fixed on the layer's
+            first write and kept for the request; ``None`` without a dithered store.
+        dither_exact: their channel mask ``[Hkv, d]``.
+        pair_energy: the running pair energy ``[Hkv, d/2]`` of every key written (to measure
+            how stable the fixed choice is); ``None`` without outlier pairs.
+        index_bytes: the stored outlier pair indices' bytes per kv head (one set per head).
     """
 
     written: list[WriteStep] = field(default_factory=_write_steps)
@@ -238,7 +263,10 @@ class LayerLog:
     last_p: torch.Tensor | None = None
     last_c: torch.Tensor | None = None
     last_u: torch.Tensor | None = None
-    dither_block: int = 0
+    outlier_pairs: torch.Tensor | None = None
+    dither_exact: torch.Tensor | None = None
+    pair_energy: torch.Tensor | None = None
+    index_bytes: float = 0.0
 
     @property
     def writes(self) -> int:
@@ -306,6 +334,23 @@ class LayerLog:
         """``||fl(x_hat) - x_hat||`` per token, one tensor per write call."""
         return [step.dither_cast for step in self.written if step.dither_cast is not None]
 
+    def _store_record(self) -> KeyStoreRecord | None:
+        # The dithered key store's measured bytes and the stability of its outlier pairs.
+        pairs = self.outlier_pairs
+        if pairs is None:
+            return None
+        per_token = (sum(s.store_bytes for s in self.written) + self.index_bytes) / self.writes
+        later = [s.pair_overlap.reshape(-1) for s in self.written if s.pair_overlap is not None]
+        final = None
+        if self.pair_energy is not None:
+            m = int(pairs.shape[1])
+            now = torch.topk(self.pair_energy, m, dim=-1).indices
+            final = float((now.unsqueeze(-1) == pairs.unsqueeze(-2)).any(-1).to(
+                torch.float64).mean())
+        return KeyStoreRecord(per_token, outlier_pairs=pairs.to(torch.int64).numpy(),
+                              token_overlap=float(torch.cat(later).mean()) if later else None,
+                              final_overlap=final)
+
     def record(self, layer: int) -> LayerRecord:
         """The layer's :class:`LayerRecord` (numpy), one sub-record per path with data."""
         write = read = tier_b = audit = None
@@ -315,10 +360,12 @@ class LayerLog:
                 witness_max=max(float(torch.cat([s.witnesses[i].reshape(-1) for s in self.written])
                                       .max()) for i in range(len(self.written[0].witnesses))),
                 witness_full_max=float(torch.cat([s.witness_full.reshape(-1)
-                                                  for s in self.written]).max()))
+                                                  for s in self.written]).max()),
+                store=self._store_record())
         steps = self.metered
         if steps and self.last_p is not None and self.last_c is not None:
             bounds = [s.out_bound for s in steps if s.out_bound is not None]
+            vscale = [s.value_scale for s in steps if s.value_scale is not None]
             read = ReadRecord(
                 self.reads, meter=_cat_np([s.meter for s in steps]),
                 eform=_cat_np([s.eform for s in steps]),
@@ -328,11 +375,14 @@ class LayerLog:
                 q_norm_max=float(torch.stack([s.q_norm for s in steps]).max()),
                 last_p=self.last_p.to(torch.float64).numpy(), last_c=self.last_c.numpy(),
                 out_bound=_cat_np(bounds) if bounds else None,
+                value_scale=_cat_np(vscale) if vscale else None,
                 bases=tuple(s.basis for s in steps if s.basis is not None))
         if self.tier_b_steps and self.last_u is not None:
+            fixed = [s.fixed_meter for s in self.tier_b_steps if s.fixed_meter is not None]
             tier_b = TierBRecord(_cat_np([s.meter for s in self.tier_b_steps]),
                                  delta_loc=_cat_np([s.delta_loc for s in self.tier_b_steps]),
-                                 last_u=self.last_u.numpy())
+                                 last_u=self.last_u.numpy(),
+                                 fixed_meter=_cat_np(fixed) if fixed else None)
         if self.audited:
             outs = [s.true_out for s in self.audited if s.true_out is not None]
             audit = AuditRecord(_cat_np([s.true_tv for s in self.audited]),
@@ -383,17 +433,33 @@ class WitnessCache(DynamicCache):
         start = self.get_seq_length(layer_idx) if layer_idx < len(self.layers) else 0
         slots = (key_states, value_states)
         log = self.log(layer_idx)
-        ctx_k, ctx_v = (WriteContext(self.request_id, layer_idx, start, role)
+        layout = spec.parts[0].layout
+        ctx_k, ctx_v = (WriteContext(self.request_id, layer_idx, start, role, layout)
                         for role in (EntryRole.KEY, EntryRole.VALUE))
-        scales = cast = None
-        if self.scheme.dithered is not None:
-            enc = self.scheme.encode_keys(key_states, ctx_k)
+        scales = cast = overlap = None
+        store_bytes = 0.0
+        dithered = self.scheme.dithered
+        if dithered is not None:
+            prefill = log.outlier_pairs is None
+            if log.outlier_pairs is None:  # the prefill fixes the pairs for the request
+                log.outlier_pairs = dithered.select(key_states, ctx_k)
+            enc = self.scheme.encode_keys(key_states, ctx_k, log.outlier_pairs)
             scales = enc.scales
-            log.dither_block = enc.block_size
-            k_hat = enc.x_hat.to(key_states.dtype)
-            # The model reads the reconstruction rounded to its dtype; that rounding is not
-            # dither noise, so it enters the Tier-B bound as a deterministic witness.
+            log.dither_exact = enc.exact
+            k_hat = enc.read(key_states.dtype)
+            # The model reads the reconstruction rounded to its dtype, outliers from their
+            # float16 values; that rounding is not dither noise, so it enters the Tier-B
+            # bound as a deterministic witness.
             cast = round_up_f32(l2_norm_upper(k_hat.to(torch.float64) - enc.x_hat))
+            acc = enc.byte_account()
+            log.index_bytes = enc.outlier_pairs.numel() * enc.outlier_pairs.element_size() \
+                / max(1, int(enc.outlier_pairs.shape[0]))
+            store_bytes = (acc.total - acc.indices) * key_states.shape[-2]
+            if dithered.outlier_pairs:
+                overlap = None if prefill else _pair_overlap(key_states, log.outlier_pairs,
+                                                           layout)
+                energy = pair_energy(key_states, layout=layout).sum(dim=(0, 2))
+                log.pair_energy = energy if log.pair_energy is None else log.pair_energy + energy
             hats = (k_hat, self.scheme(value_states, ctx_v))
         else:
             hats = (self.scheme(key_states, ctx_k), self.scheme(value_states, ctx_v))
@@ -412,9 +478,18 @@ class WitnessCache(DynamicCache):
             key_states.shape[-2], tuple(witnesses), round_up_f32(l2_norm_upper(r0)),
             value_res=value_res, value_norm=value_norm,
             exact=(key_states.detach(), value_states.detach()) if self.audit else None,
-            dither_scales=scales, dither_cast=cast))
+            dither_scales=scales, dither_cast=cast, store_bytes=store_bytes,
+            pair_overlap=overlap))
         return super().update(  # pyright: ignore[reportUnknownMemberType]
             hats[0], hats[1], layer_idx, *args, **kwargs)
+
+
+def _pair_overlap(x: torch.Tensor, pairs: torch.Tensor, layout: RopeLayout) -> torch.Tensor:
+    # Per token, the fraction of its own top-m pairs that are among the fixed pairs [Hkv, m].
+    m = int(pairs.shape[-1])
+    own = torch.topk(pair_energy(x, layout=layout), m, dim=-1).indices  # [B, Hkv, T, m]
+    hit = (own.unsqueeze(-1) == pairs.view(1, pairs.shape[0], 1, 1, m)).any(-1)
+    return hit.to(torch.float64).mean(dim=-1)
 
 
 def _expand_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -543,6 +618,10 @@ class Probe:
         ledger: the request ledger; with a dithered scheme, every forward call becomes one
             Tier-B probabilistic event of ``request_id``'s (open) account, spending its
             telescoping allowance. ``None``: Tier A only.
+        horizon: with Tier B, the request's query rows ``T`` when known in advance: each
+            cell's bound is also computed at the fixed-horizon allocation
+            ``delta_req / (L H T)`` (a comparison only; the ledger spends the anytime-valid
+            telescoping allowance). ``None``: not computed.
 
     Raises:
         InvalidValueError: unknown scheme or model type, or a non-eager attention.
@@ -553,7 +632,7 @@ class Probe:
 
     def __init__(self, model: Any, *, scheme: str | None, request_id: int = 0,
                  audit: bool = False, bands: int | None = None,
-                 ledger: RiskLedger | None = None) -> None:
+                 ledger: RiskLedger | None = None, horizon: int | None = None) -> None:
         config = model.config
         spec = spec_for(config.model_type)
         if bands is not None:
@@ -576,9 +655,15 @@ class Probe:
         self.ledger = ledger
         self.tier_b = ledger is not None and self.scheme is not None \
             and self.scheme.dithered is not None
+        self._fixed: float | None = None
         if self.tier_b:
             assert ledger is not None
             ledger.require_known(request_id)
+            if horizon is not None:
+                rows = positive_int("horizon", horizon) * len(self.attention) \
+                    * int(config.num_attention_heads)
+                self._fixed = _float_down(Probability.of(ledger.verdict(request_id).delta_req,
+                                                         name="delta_req"), rows)
         self._event_delta: Probability | None = None
         self._event_max: list[torch.Tensor] = []
         self._event_bases: list[TVBasis] = []
@@ -699,22 +784,26 @@ class Probe:
         c = c_parts[0]
         for extra in c_parts[1:]:
             c = c + extra
-        bounds = tv_bounds_batch(p_tilde, c, check=False)  # validated once per run by the gate
+        # causal rows: row i sees start + i + 1 tokens; the first one sees one (TV exactly 0)
+        visible = torch.arange(start + 1, start + q_len + 1)
+        bounds = tv_bounds_batch(p_tilde, c, check=False,  # validated once per run by the gate
+                                 visible=visible)
         if self.tier_b and self._event_delta is not None and log.dither_scales:
             self._tier_b(log, queries, c_parts, p_tilde, start, scale, heads)
         p64 = p_tilde.to(torch.float64)
         p64 = p64 / p64.sum(dim=-1, keepdim=True)
-        out_bound = None
+        out_bound = value_scale = None
         if self.spec.value_slot is not None:
             res, norm = log.value_residuals()
             rho = _expand_heads(res, heads).to(torch.float64)
             vmax = _expand_heads(norm, heads).to(torch.float64).amax(dim=-1)
             out_bound = output_error_bound(bounds.meter, value_norm_max=vmax.unsqueeze(-1),
                                            p_tilde=p64, rho=rho.unsqueeze(-2))
+            value_scale = vmax.unsqueeze(-1).expand_as(out_bound)
         log.add_read(ReadStep(q_len, bounds.meter, bounds.eform, bounds.two_sided,
                               c.values.amax(dim=-1), torch.arange(start, start + q_len),
                               l2_norm_upper(queries[0].to(torch.float64)).amax(), out_bound,
-                              basis=bounds.basis),
+                              basis=bounds.basis, value_scale=value_scale),
                      last_p=p_tilde[:, :, -1, :], last_c=c.values[:, :, -1, :])
         if self.audit:
             self._audit(layer, log, queries, start, cache, scale, heads)
@@ -730,16 +819,24 @@ class Probe:
         dloc = _float_down(self._event_delta, len(self.attention) * rows)
         scales = _expand_heads(_cat(log.dither_scales, dim=2), heads)  # [B, H, S, nb] fp16
         cast = _expand_heads(_cat(log.dither_cast, dim=2), heads)  # [B, H, S]
+        assert log.dither_exact is not None, "a dithered write records its exact channels"
+        exact = _expand_heads(log.dither_exact.unsqueeze(0), heads).unsqueeze(2)  # [1, H, 1, d]
         visible = torch.arange(start + 1, start + q_len + 1)  # S_row, the union bound's S
-        parts = [c_parts[i] if part.slot != 0  # not dithered: its deterministic Tier-A part
-                 else tier_b_logit_bound(queries[i], scales, cast, scale=scale, delta_loc=dloc,
-                                         visible=visible)
-                 for i, part in enumerate(self.spec.parts)]
-        cb = parts[0]
-        for extra in parts[1:]:
-            cb = cb + extra
-        tb = tv_bounds_batch(p_tilde, cb, check=False)
-        log.add_tier_b(TierBStep(tb.meter, torch.full((q_len,), dloc, dtype=torch.float64)),
+
+        def meter(delta_loc: float) -> tuple[LogitBound[torch.Tensor], TVBatch[torch.Tensor]]:
+            parts = [c_parts[i] if part.slot != 0  # not dithered: its deterministic Tier-A part
+                     else tier_b_logit_bound(queries[i], scales, cast, scale=scale,
+                                             delta_loc=delta_loc, visible=visible, exact=exact)
+                     for i, part in enumerate(self.spec.parts)]
+            cb = parts[0]
+            for extra in parts[1:]:
+                cb = cb + extra
+            return cb, tv_bounds_batch(p_tilde, cb, check=False, visible=visible)
+
+        cb, tb = meter(dloc)
+        fixed = None if self._fixed is None else meter(self._fixed)[1].meter
+        log.add_tier_b(TierBStep(tb.meter, torch.full((q_len,), dloc, dtype=torch.float64),
+                                 fixed_meter=fixed),
                        last_u=cb.values[:, :, -1, :])
         self._event_max.append(tb.meter.amax())
         self._event_bases.append(tb.basis)
@@ -794,7 +891,7 @@ class Probe:
 @contextmanager
 def attach(model: Any, *, scheme: str | None, request_id: int = 0,
            audit: bool = False, bands: int | None = None,
-           ledger: RiskLedger | None = None) -> Generator[Probe]:
+           ledger: RiskLedger | None = None, horizon: int | None = None) -> Generator[Probe]:
     """Attach a :class:`Probe` for the duration of a ``with`` block.
 
     Example:
@@ -802,7 +899,7 @@ def attach(model: Any, *, scheme: str | None, request_id: int = 0,
         >>> #     model(ids, cache=probe.new_cache()); run = probe.result()
     """
     probe = Probe(model, scheme=scheme, request_id=request_id, audit=audit, bands=bands,
-                  ledger=ledger)
+                  ledger=ledger, horizon=horizon)
     try:
         yield probe
     finally:

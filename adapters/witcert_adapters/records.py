@@ -12,7 +12,8 @@ when the run is collected.
 
 Main declarations
 -----------------
-- :class:`WriteRecord`, :class:`ReadRecord`, :class:`TierBRecord`, :class:`AuditRecord`.
+- :class:`WriteRecord` (with a dithered store's :class:`KeyStoreRecord`), :class:`ReadRecord`,
+  :class:`TierBRecord`, :class:`AuditRecord`.
 - :class:`LayerRecord`: one layer's sub-records.
 """
 
@@ -29,11 +30,34 @@ from witcert_adapters.runs import ProbePath
 from witcert_calculus.tiers import Evidence
 from witcert_calculus.tv_forms import TVBasis
 
-__all__ = ["AuditRecord", "FloatArray", "IntArray", "LayerRecord", "ReadRecord", "TierBRecord",
-           "WriteRecord"]
+__all__ = ["AuditRecord", "FloatArray", "IntArray", "KeyStoreRecord", "LayerRecord", "ReadRecord",
+           "TierBRecord", "WriteRecord"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class KeyStoreRecord:
+    """A layer's dithered key store, as measured from its stored tensors.
+
+    Attributes:
+        key_bytes: packed bytes per token per kv head (codes of the kept channels, float16
+            scales, float16 outlier values, and the outlier pair indices of each head
+            amortized over the tokens written).
+        outlier_pairs: the pairs fixed on the layer's first write ``[Hkv, m]``.
+        token_overlap: over every token written after the first write, the mean fraction
+            of its own top-``m`` pairs (by pair energy) among the fixed ones; ``None`` when
+            there is no such token or no pair.
+        final_overlap: the fraction of the top-``m`` pairs by the energy of every token
+            written that are the fixed ones; ``None`` without pairs.
+    """
+
+    key_bytes: float
+    outlier_pairs: IntArray
+    token_overlap: float | None = None
+    final_overlap: float | None = None
 
 
 @final
@@ -46,11 +70,13 @@ class WriteRecord:
         witness_max: the largest band witness over every logit part.
         witness_full_max: the largest full-residual witness ``||k_hat - k||`` of the first
             logit slot (an input of the coarse chain).
+        store: a dithered key store's measured bytes and outlier pairs, else ``None``.
     """
 
     tokens: int
     witness_max: float
     witness_full_max: float
+    store: KeyStoreRecord | None = None
 
 
 @final
@@ -69,6 +95,7 @@ class ReadRecord:
         last_p / last_c: ``p_tilde`` and ``c`` of the final query row ``[B, H, S]``.
         out_bound: attention-output error bound ``[B, H, T]`` (dense memories), else ``None``.
         bases: what each metered call's bounds rest on, in call order.
+        value_scale: with :attr:`out_bound`, the ``max_t ||v_t||`` of each cell's bound.
     """
 
     rows: int
@@ -82,10 +109,22 @@ class ReadRecord:
     last_c: FloatArray
     out_bound: FloatArray | None = None
     bases: tuple[TVBasis, ...] = ()
+    value_scale: FloatArray | None = None
 
     def reported(self) -> FloatArray:
         """The reported meter ``min(1, raw)``."""
         return np.minimum(1.0, self.meter)
+
+    def relative_output(self) -> FloatArray | None:
+        """The output bound over its cell's ``max_t ||v_t||`` (``||y - y^|| / max ||v||`` is
+        at most this), or ``None`` without an output bound. A cell whose values are all 0
+        has bound 0."""
+        if self.out_bound is None or self.value_scale is None:
+            return None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel: FloatArray = np.where(self.value_scale > 0, self.out_bound / self.value_scale,
+                                       np.where(self.out_bound > 0, np.inf, 0.0))
+        return rel
 
     def evidence(self, theorem: str) -> Evidence:
         """The evidence of a reading of this path's bounds that cites ``theorem``.
@@ -113,11 +152,14 @@ class TierBRecord:
         meter: raw Tier-B min-form bound ``[B, H, T]``, cell for cell with the Tier-A meter.
         delta_loc: the per-cell failure probability of each row ``[T]``.
         last_u: the per-token bound ``c_t`` of the final query row ``[B, H, S]``.
+        fixed_meter: the same bound at the fixed-horizon allocation ``delta_req / (L H T)``
+            (compared in reports, never admitted), or ``None``.
     """
 
     meter: FloatArray
     delta_loc: FloatArray
     last_u: FloatArray
+    fixed_meter: FloatArray | None = None
 
     def reported(self) -> FloatArray:
         """The reported Tier-B bound ``min(1, raw)``."""

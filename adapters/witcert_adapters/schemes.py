@@ -10,8 +10,9 @@ cast that overflows) is reported, not hidden.
 Built-in schemes (all registered at import):
 
 - ``identity``: no compression (the reference; witnesses are exactly zero).
-- ``int8_token`` / ``int4_g32``: symmetric round-to-nearest, scale per token or per group
-  of 32 channels (the whole vector when it has fewer than 32), the scale stored in float16 and used exactly as stored.
+- ``int8_token`` / ``int8_g32`` / ``int4_g32``: symmetric round-to-nearest, scale per token or
+  per group of 32 channels (the whole vector when it has fewer than 32), the scale stored in
+  float16 and used exactly as stored.
 - ``fp8_e4m3`` / ``fp8_e5m2``: plain casts (values beyond the format's range become
   non-finite or saturate as torch casts them), and ``fp8_e4m3_scaled`` /
   ``fp8_e5m2_scaled`` with a per-token float16 scale mapping the token's amax to the
@@ -21,16 +22,23 @@ Built-in schemes (all registered at import):
   :mod:`witcert_kernels.dither` (per-token fp16 scale rounded upward, counter-based
   Philox stream keyed by request, layer, kv head, token and channel; the batch index is
   not part of the key, so a batch shares one stream per request); values through int8
-  round-to-nearest. Its key store is exposed through :attr:`Scheme.dithered`, so the
-  adapter can issue Tier-B (probabilistic) certificates next to the Tier-A meter.
+  round-to-nearest. Its key store is described by :attr:`Scheme.dithered` (a
+  :class:`DitherSpec`), so the adapter can issue Tier-B (probabilistic) certificates next
+  to the Tier-A meter.
+- ``dither_int8_g{G}_m{M}`` (``g32_m0``, ``g32_m2``, ``g32_m4``, ``g16_m4``): the full Tier-B
+  store: one fp16 scale per group of ``G`` channels, and ``M`` outlier RoPE pairs per
+  (layer, kv head) chosen from the prefill keys by pair energy
+  (:func:`witcert_kernels.dither.select_outlier_pairs`), kept for the request, stored in
+  fp16 and excluded from the group amax; values through int8 round-to-nearest with groups
+  of ``G`` channels.
 - ``kivi2_g32``: KIVI-style asymmetric 2-bit (zero point and scale per group of 32
   channels, per token). KIVI's per-channel grouping of keys across tokens needs a token
   buffer and is not modelled.
 
 Main declarations
 -----------------
-- :class:`EntryRole`, :class:`WriteContext`, :class:`Scheme`, :func:`register_scheme`,
-  :func:`get_scheme`, :func:`scheme_names`.
+- :class:`EntryRole`, :class:`WriteContext`, :class:`DitherSpec`, :class:`Scheme`,
+  :func:`register_scheme`, :func:`get_scheme`, :func:`scheme_names`.
 """
 
 from __future__ import annotations
@@ -42,11 +50,14 @@ from typing import final
 
 import torch
 
+from witcert_calculus.dither import byte_account
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.validation import real
-from witcert_kernels.dither import DitherEncoding, dither_quantize
+from witcert_calculus.validation import positive_int, real
+from witcert_calculus.witness import RopeLayout
+from witcert_kernels.dither import DitherEncoding, dither_quantize, select_outlier_pairs
 
 __all__ = [
+    "DitherSpec",
     "EntryRole",
     "Scheme",
     "WriteContext",
@@ -80,6 +91,7 @@ class WriteContext:
         layer: decoder layer index.
         start: absolute position of the first new token (or the state's step).
         role: what the entries are; a string is converted to its :class:`EntryRole`.
+        layout: the RoPE layout of the entries (which channels form a rotation pair).
 
     Raises:
         InvalidValueError: ``role`` names no :class:`EntryRole`.
@@ -93,6 +105,7 @@ class WriteContext:
     layer: int
     start: int
     role: EntryRole
+    layout: RopeLayout = RopeLayout.HALF_SPLIT
 
     def __post_init__(self) -> None:
         try:
@@ -104,7 +117,62 @@ class WriteContext:
 
 
 SchemeFn = Callable[[torch.Tensor, WriteContext], torch.Tensor]
-DitherFn = Callable[[torch.Tensor, WriteContext], DitherEncoding]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class DitherSpec:
+    """A subtractively dithered key store: its group size and its outlier pairs.
+
+    Attributes:
+        group: channels per float16 scale (``0``: one scale per head vector); must divide
+            the head dimension when the store is used.
+        outlier_pairs: RoPE pairs per (layer, kv head) kept exact (chosen from the first
+            write's keys, by pair energy, and kept for the request).
+
+    Raises:
+        InvalidValueError: a negative group or pair count.
+
+    Example:
+        >>> DitherSpec(group=32, outlier_pairs=4).block_size(64)
+        32
+    """
+
+    group: int
+    outlier_pairs: int
+
+    def __post_init__(self) -> None:
+        positive_int("group", self.group, minimum=0)
+        positive_int("outlier_pairs", self.outlier_pairs, minimum=0)
+
+    def block_size(self, head_dim: int) -> int:
+        """Channels per scale for vectors of ``head_dim`` channels.
+
+        Raises:
+            InvalidValueError: the group does not divide ``head_dim``.
+        """
+        g = self.group or head_dim
+        if head_dim % g:
+            raise InvalidValueError("group", self.group, f"must divide head_dim {head_dim}")
+        return g
+
+    def select(self, x: torch.Tensor, ctx: WriteContext) -> torch.Tensor:
+        """The outlier pairs ``[kv_heads, m]`` of keys ``x`` (the rule of
+        :func:`witcert_kernels.dither.select_outlier_pairs`).
+
+        Raises:
+            InvalidValueError: more pairs than ``head_dim / 2``.
+        """
+        return select_outlier_pairs(x, count=self.outlier_pairs, layout=ctx.layout)
+
+    def encode(self, x: torch.Tensor, ctx: WriteContext,
+               pairs: torch.Tensor | None = None) -> DitherEncoding:
+        """The store of keys ``x``; ``pairs`` are the request's fixed outlier pairs (``None``:
+        chosen from ``x`` itself)."""
+        chosen = self.select(x, ctx) if pairs is None else pairs
+        return dither_quantize(x, request=ctx.request_id, layer=ctx.layer, start=ctx.start,
+                               block_size=self.block_size(int(x.shape[-1])),
+                               outlier_pairs=chosen, layout=ctx.layout)
 
 
 @final
@@ -117,33 +185,65 @@ class Scheme:
         fn: ``(x, ctx) -> x_hat`` on ``[batch, kv_heads, tokens, head_dim]``.
         bits: payload bits per element (scales and zero points not included).
         description: one line.
-        dithered: for a subtractively dithered key quantizer, the function returning its
-            store (codes, float16 block scales, reconstruction) for keys; the
-            adapter records the scales at write time and builds Tier-B certificates from
-            them at read time. ``None`` for every other scheme (Tier A only).
+        dithered: for a subtractively dithered key quantizer, its :class:`DitherSpec`; the
+            adapter fixes the outlier pairs on a layer's first write, records the scales and
+            the exact channels at write time and builds Tier-B certificates from them at read
+            time. ``None`` for every other scheme (Tier A only).
+        group: channels per stored scale (``0``: one per vector; also for a plain cast,
+            whose ``meta_bytes`` is 0).
+        meta_bytes: bytes stored per group next to the payload (a float16 scale: 2; scale
+            and zero point: 4; none: 0).
     """
 
     name: str
     fn: SchemeFn
     bits: float
     description: str
-    dithered: DitherFn | None = None
+    dithered: DitherSpec | None = None
+    group: int = 0
+    meta_bytes: int = 0
 
-    def encode_keys(self, x: torch.Tensor, ctx: WriteContext) -> DitherEncoding:
-        """The dithered store of keys ``x`` (same reconstruction as ``self(x, ctx)``).
+    def key_bytes(self, head_dim: int, *, tokens: int = 1) -> float:
+        """Bytes per token per head of a stored key: payload plus per-group metadata; for a
+        dithered store, :func:`witcert_calculus.dither.byte_account` over ``tokens`` stored
+        tokens (the outlier indices amortize over them). The adapter measures a dithered
+        store from its tensors (:meth:`witcert_kernels.dither.DitherEncoding.byte_account`).
+
+        Example:
+            >>> get_scheme("int4_g32").key_bytes(64), get_scheme("dither_int8_g32_m4").key_bytes(64)
+            (36.0, 84.0)
+        """
+        d = positive_int("head_dim", head_dim)
+        if self.dithered is not None:
+            return byte_account(d, block_size=self.dithered.block_size(d),
+                                outlier_pairs=self.dithered.outlier_pairs, tokens=tokens).total
+        groups = 1 if self.group == 0 else -(-d // min(self.group, d))
+        return d * self.bits / 8 + groups * self.meta_bytes
+
+    def encode_keys(self, x: torch.Tensor, ctx: WriteContext,
+                    pairs: torch.Tensor | None = None) -> DitherEncoding:
+        """The dithered store of keys ``x`` (same reconstruction as ``self(x, ctx)`` when
+        ``pairs`` is ``None``: the outlier pairs are then chosen from ``x``).
+
+        Args:
+            x: keys ``[batch, kv_heads, tokens, head_dim]``.
+            ctx: where they are written.
+            pairs: the request's fixed outlier pairs ``[kv_heads, m]`` (a cache passes the
+                pairs it chose on the layer's first write).
 
         Raises:
-            InvalidValueError: the scheme is not dithered, or ``ctx.role`` is not a key.
+            InvalidValueError: the scheme is not dithered, ``ctx.role`` is not a key, or the
+                pairs do not match the scheme's count.
         """
         if self.dithered is None:
             raise InvalidValueError("scheme", self.name, "is not a dithered key quantizer")
         if ctx.role is not EntryRole.KEY:
             raise InvalidValueError("role", ctx.role, "the dithered store holds keys only")
-        enc = self.dithered(x, ctx)
-        if enc.x_hat.shape != x.shape:
-            raise InvalidValueError(f"scheme {self.name!r} encoding", tuple(enc.x_hat.shape),
-                                    f"must keep shape {tuple(x.shape)}")
-        return enc
+        if pairs is not None and int(pairs.shape[-1]) != self.dithered.outlier_pairs:
+            raise InvalidValueError("pairs", tuple(pairs.shape),
+                                    f"scheme {self.name!r} keeps "
+                                    f"{self.dithered.outlier_pairs} pairs per kv head")
+        return self.dithered.encode(x, ctx, pairs)
 
     def __call__(self, x: torch.Tensor, ctx: WriteContext) -> torch.Tensor:
         """Apply the scheme, checking that it preserves shape and dtype."""
@@ -161,7 +261,8 @@ _SCHEMES: dict[str, Scheme] = {}
 
 
 def register_scheme(name: str, fn: SchemeFn, *, bits: float, description: str,
-                    dithered: DitherFn | None = None) -> Scheme:
+                    dithered: DitherSpec | None = None, group: int = 0,
+                    meta_bytes: int = 0) -> Scheme:
     """Register a compression scheme under ``name``.
 
     Args:
@@ -170,7 +271,8 @@ def register_scheme(name: str, fn: SchemeFn, *, bits: float, description: str,
         bits: payload bits per element.
         description: one line for reports.
         dithered: the key store of a subtractively dithered quantizer (enables Tier B);
-            its reconstruction must equal ``fn``'s for keys.
+            ``fn`` must return its reconstruction for keys.
+        group, meta_bytes: the stored metadata (see :class:`Scheme`), for byte accounts.
 
     Returns:
         The registered :class:`Scheme`.
@@ -186,7 +288,9 @@ def register_scheme(name: str, fn: SchemeFn, *, bits: float, description: str,
     if name in _SCHEMES:
         raise InvalidValueError("name", name, "a scheme of that name is already registered")
     real("bits", bits, lo=0.0, lo_open=True)
-    scheme = Scheme(name, fn, bits, description, dithered)
+    positive_int("group", group, minimum=0)
+    positive_int("meta_bytes", meta_bytes, minimum=0)
+    scheme = Scheme(name, fn, bits, description, dithered, group, meta_bytes)
     _SCHEMES[name] = scheme
     return scheme
 
@@ -251,36 +355,44 @@ def _fp8(x: torch.Tensor, *, dtype: torch.dtype, scaled: bool) -> torch.Tensor:
     return (y * s).to(x.dtype)
 
 
-def _dither_keys(x: torch.Tensor, ctx: WriteContext) -> DitherEncoding:
-    # Keys: the subtractively dithered int8 quantizer of witcert_calculus.dither, ported to
-    # torch bit for bit (witcert_kernels.dither): one fp16 scale per token (rounded upward,
-    # used exactly as stored), Philox stream keyed by request, layer, kv head, token, channel.
-    return dither_quantize(x, request=ctx.request_id, layer=ctx.layer, start=ctx.start,
-                           block_size=x.shape[-1])
-
-
-def _dither_int8(x: torch.Tensor, ctx: WriteContext) -> torch.Tensor:
-    # Values (and recurrent states): int8 round-to-nearest; keys: the dithered store.
-    if ctx.role is not EntryRole.KEY:
-        return _rtn_symmetric(x, qmax=127, group=0)
-    return _dither_keys(x, ctx).x_hat.to(x.dtype)
+def _dithered(spec: DitherSpec) -> SchemeFn:
+    # Keys: the subtractively dithered int8 store (witcert_kernels.dither, the numpy reference
+    # bit for bit), read as a cache of the keys' dtype holds them; values (and recurrent
+    # states): int8 round-to-nearest with the same groups.
+    def fn(x: torch.Tensor, ctx: WriteContext) -> torch.Tensor:
+        if ctx.role is not EntryRole.KEY:
+            return _rtn_symmetric(x, qmax=127, group=spec.group)
+        return spec.encode(x, ctx).read(x.dtype)
+    return fn
 
 
 register_scheme("identity", lambda x, ctx: x, bits=32, description="no compression (reference)")
 register_scheme("int8_token", lambda x, ctx: _rtn_symmetric(x, qmax=127, group=0), bits=8,
-                description="int8 round-to-nearest, one fp16 scale per token")
+                description="int8 round-to-nearest, one fp16 scale per token", meta_bytes=2)
+register_scheme("int8_g32", lambda x, ctx: _rtn_symmetric(x, qmax=127, group=32), bits=8,
+                description="int8 round-to-nearest, one fp16 scale per 32 channels", group=32,
+                meta_bytes=2)
 register_scheme("int4_g32", lambda x, ctx: _rtn_symmetric(x, qmax=7, group=32), bits=4,
-                description="int4 round-to-nearest, one fp16 scale per 32 channels")
+                description="int4 round-to-nearest, one fp16 scale per 32 channels", group=32,
+                meta_bytes=2)
 register_scheme("fp8_e4m3", lambda x, ctx: _fp8(x, dtype=torch.float8_e4m3fn, scaled=False),
                 bits=8, description="plain cast to fp8 e4m3 (no scale)")
 register_scheme("fp8_e4m3_scaled", lambda x, ctx: _fp8(x, dtype=torch.float8_e4m3fn, scaled=True),
-                bits=8, description="fp8 e4m3 with a per-token fp16 scale")
+                bits=8, description="fp8 e4m3 with a per-token fp16 scale", meta_bytes=2)
 register_scheme("fp8_e5m2", lambda x, ctx: _fp8(x, dtype=torch.float8_e5m2, scaled=False),
                 bits=8, description="plain cast to fp8 e5m2 (no scale)")
 register_scheme("fp8_e5m2_scaled", lambda x, ctx: _fp8(x, dtype=torch.float8_e5m2, scaled=True),
-                bits=8, description="fp8 e5m2 with a per-token fp16 scale")
+                bits=8, description="fp8 e5m2 with a per-token fp16 scale", meta_bytes=2)
 register_scheme("kivi2_g32", lambda x, ctx: _asym(x, bits=2, group=32), bits=2,
-                description="KIVI-style asymmetric 2-bit, per token, groups of 32 channels")
-register_scheme("dither_int8", _dither_int8, bits=8,
+                description="KIVI-style asymmetric 2-bit, per token, groups of 32 channels",
+                group=32, meta_bytes=4)
+_DITHER_PLAIN = DitherSpec(group=0, outlier_pairs=0)
+register_scheme("dither_int8", _dithered(_DITHER_PLAIN), bits=8,
                 description="keys: subtractively dithered int8 (Philox stream), values: int8 RTN",
-                dithered=_dither_keys)
+                dithered=_DITHER_PLAIN, meta_bytes=2)
+for _group, _pairs in ((32, 0), (32, 2), (32, 4), (16, 4)):
+    _spec = DitherSpec(group=_group, outlier_pairs=_pairs)
+    register_scheme(f"dither_int8_g{_group}_m{_pairs}", _dithered(_spec), bits=8,
+                    description=f"keys: dithered int8, fp16 scale per {_group} channels, "
+                                f"{_pairs} exact fp16 outlier pairs; values: int8 RTN g{_group}",
+                    dithered=_spec, group=_group, meta_bytes=2)

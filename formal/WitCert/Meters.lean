@@ -24,6 +24,8 @@ Soundness of the meters of `witcert_calculus.meters`, over the abstract ordered 
 * `WitCert.Meters.tv_two_sided_sound`: the same hypotheses give `TV ≤ ½ (A/A⁻ − A⁻/A)`.
 * `WitCert.Meters.tv_retention_sound`: the per-token retention form
   `TV ≤ ½ Σ_t p̃_t min(A e^{c_t} − 1, max(e^{c_t}/A⁻ − 1, 1 − e^{−c_t}/A))`.
+* `WitCert.Meters.tv_single_token`: a row with one visible token has `TV = 0`, whatever the
+  logit errors (softmax over `[t]` is `1` for both `z` and `z̃`).
 * `WitCert.Meters.page_in_decrease`: paging in a block with block-constant bound `u` lowers `A`
   by exactly `mass · (e^u − 1)`.
 * `WitCert.Meters.sentinel_rounds_sound`: `n ≥ log δ / log q` rounds give `q^n ≤ δ`.
@@ -152,6 +154,24 @@ theorem tv_retention_sound (b : β → α) (hL : L ≠ [])
       · rw [aMinus_eq] at h2
         rw [← e3, aPlus_eq] at h3
         exact Or.inr ⟨h2, h3⟩)
+
+/-- Softmax over a single visible token is `1` at that token, whatever its logit. -/
+theorem softmax_singleton (t : β) : softmax E z [t] t = 1 := by
+  have h := E.exp_pos (z t)
+  unfold softmax
+  simp only [lsum]
+  grind
+
+/-- A single visible token: for `L = [t]` both `softmax z` and `softmax z̃` are `1` at `t`, so
+`TV(softmax z, softmax z̃) = 0` for arbitrary logits `z`, `z̃` (no bound on the logit errors is
+needed). Python: the single-token rows of `tv_forms` and `witcert_kernels.meter`. -/
+theorem tv_single_token (t : β) : tv (softmax E z [t]) (softmax E z' [t]) [t] = 0 := by
+  have h1 := softmax_singleton E z t
+  have h2 := softmax_singleton E z' t
+  unfold tv
+  simp only [lsum]
+  rw [h1, h2]
+  unfold absA; split <;> grind
 
 end Softmax
 

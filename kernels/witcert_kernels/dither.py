@@ -12,8 +12,15 @@ the numpy reference.
 uint32 arithmetic is done in int64 with explicit 16-bit limbs for the 32x32 -> 64-bit
 products (every intermediate stays below 2^49), so nothing relies on wrapping overflow.
 
-Outlier pairs are not supported here (the registered ``dither_int8`` scheme keeps none);
-use the numpy reference for stores with exact outlier pairs.
+Outlier RoPE pairs (:func:`select_outlier_pairs`, the rule of
+:func:`witcert_calculus.dither.select_outlier_pairs`: the ``m`` pairs of largest energy
+``sum_t (x_{t,a}^2 + x_{t,b}^2)``) are fixed per ``(layer, kv head)``, kept exact in the
+reconstruction ``x_hat`` and excluded from the block amax, as in the reference; the store
+keeps their values in float16 (:attr:`DitherEncoding.outlier_values`), and
+:meth:`DitherEncoding.read` is the key a cache holds. Its difference to ``x_hat`` (the
+reconstruction's rounding and the float16 rounding of the outlier values) is the
+deterministic cast term of :func:`tier_b_logit_bound`. :meth:`DitherEncoding.byte_account`
+measures the packed bytes per token per head from the stored tensors.
 
 The Tier-B per-token logit bound (:func:`tier_b_logit_bound`) is the formula of
 :func:`witcert_calculus.dither.tier_b_logit_bound` on batched tensors, with the same
@@ -27,8 +34,10 @@ Main declarations
 -----------------
 - :func:`philox4x32`: Philox-4x32-10 on int64 tensors holding uint32 words.
 - :func:`dither_noise`: the dither ``xi`` for ``[kv_heads, tokens, channels]``.
-- :class:`DitherEncoding`, :func:`dither_quantize`: codes, float16 scales and the
-  reconstruction for ``[batch, kv_heads, tokens, head_dim]`` keys.
+- :func:`select_outlier_pairs`, :func:`pair_energy`, :func:`exact_channels`: the fixed
+  outlier pairs of every kv head, the energy they are ranked by, their channel mask.
+- :class:`DitherEncoding`, :func:`dither_quantize`: codes, float16 scales, outlier values and
+  the reconstruction for ``[batch, kv_heads, tokens, head_dim]`` keys.
 - :func:`tier_b_logit_bound`: the per-token Tier-B logit bound ``u_t`` of every query row, an
   established :class:`~witcert_calculus.witness.LogitBound` (on its event, under
   :data:`witcert_calculus.dither.NON_ADAPTIVE_QUERIES`,
@@ -44,7 +53,7 @@ from typing import Final, final
 import torch
 
 from witcert_calculus.dither import GRID_BITS, GRID_MEAN, GRID_STEP, NON_ADAPTIVE_QUERIES, \
-    PHILOX_MULTIPLIERS, PHILOX_UNIFORM, PHILOX_WEYL, QMAX
+    PHILOX_MULTIPLIERS, PHILOX_UNIFORM, PHILOX_WEYL, QMAX, ByteAccount
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.rounding import cast_margin, grid_mean_margin, radius_margin, \
     variance_margin
@@ -56,15 +65,17 @@ from witcert_kernels.rounding import outward
 # The shared constructions of an established bound and of its evidence (not public API).
 from witcert_calculus.dither import _tier_b_evidence  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.witness import _establish  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.witness import _pair_channels  # pyright: ignore[reportPrivateUsage]
 
-__all__ = ["DitherEncoding", "STORED_ENCODING", "dither_noise", "dither_quantize", "philox4x32",
-           "tier_b_logit_bound"]
+__all__ = ["DitherEncoding", "STORED_ENCODING", "dither_noise", "dither_quantize", "exact_channels",
+           "pair_energy", "philox4x32", "select_outlier_pairs", "tier_b_logit_bound"]
 
 #: What the torch Tier-B bound takes on the caller's word: its tensors describe the store.
 STORED_ENCODING: Final = Assumption(
     "scales are the float16 block scales the keys were quantized with (scale exactly as "
-    "stored), cast bounds the rounding of their reconstruction, and visible[i] counts every "
-    "token row i attends to",
+    "stored), exact marks only channels the store kept exact, cast bounds the distance of "
+    "the keys read to their reconstruction, and visible[i] counts every token row i "
+    "attends to",
     reason="the torch bound receives these tensors apart from the codes, so it cannot tie "
            "them to the stored keys; the numpy bound, given the DitheredKeys, computes them")
 
@@ -160,30 +171,151 @@ def _round_up_f16(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def select_outlier_pairs(x: torch.Tensor, *, count: int, layout: RopeLayout) -> torch.Tensor:
+    """The ``count`` RoPE pairs of largest energy per kv head, sorted: ``[kv_heads, count]``.
+
+    The rule of :func:`witcert_calculus.dither.select_outlier_pairs` (energy
+    ``sum_t (x_{t,a}^2 + x_{t,b}^2)`` over every token and batch row, ties to the lower
+    index), for ``[batch, kv_heads, tokens, head_dim]`` keys: a cache calls it once, on a
+    layer's first write (the prefill), and keeps the pairs for the request.
+
+    Raises:
+        InvalidValueError: a bad shape, non-finite keys, an odd head dimension, or more
+            pairs than ``head_dim / 2``.
+
+    Example:
+        >>> x = torch.zeros(1, 2, 3, 8); x[0, 1, 0, 5] = 9.0
+        >>> select_outlier_pairs(x, count=1, layout=RopeLayout.HALF_SPLIT).tolist()
+        [[0], [1]]
+    """
+    if x.ndim != 4:
+        raise InvalidValueError("x", tuple(x.shape), "must be [batch, kv_heads, tokens, head_dim]")
+    d = int(x.shape[-1])
+    if d % 2:
+        raise InvalidValueError("head_dim", d, "must be even (RoPE acts on pairs)")
+    n = positive_int("count", count, minimum=0)
+    if n > d // 2:
+        raise InvalidValueError("count", count, f"must be <= head_dim/2 = {d // 2} pairs")
+    a = x.detach().to(_F64)
+    if not bool(torch.isfinite(a).all()):
+        raise InvalidValueError("x", "tensor", "keys must be finite")
+    top = torch.argsort(-pair_energy(a, layout=layout).sum(dim=(0, 2)), dim=-1,
+                        stable=True)[:, :n]
+    return torch.sort(top, dim=-1).values
+
+
+def pair_energy(x: torch.Tensor, *, layout: RopeLayout) -> torch.Tensor:
+    """Per token, the energy ``x_a^2 + x_b^2`` of every RoPE pair ``(a, b)``: ``[..., d/2]``
+    float64 (the quantity :func:`select_outlier_pairs` ranks, summed over tokens).
+
+    Example:
+        >>> pair_energy(torch.tensor([3.0, 1.0, 4.0, 0.0]), layout=RopeLayout.HALF_SPLIT).tolist()
+        [25.0, 1.0]
+    """
+    pc = _pairs(int(x.shape[-1]), layout)
+    e = x.detach().to(_F64) ** 2
+    return e[..., pc[:, 0]] + e[..., pc[:, 1]]
+
+
+def exact_channels(pairs: torch.Tensor, *, head_dim: int, layout: RopeLayout) -> torch.Tensor:
+    """The channel mask ``[kv_heads, head_dim]`` of outlier pairs ``[kv_heads, m]`` (True: exact).
+
+    Raises:
+        InvalidValueError: a pair index outside ``[0, head_dim / 2)`` or a bad shape.
+
+    Example:
+        >>> exact_channels(torch.tensor([[1]]), head_dim=4, layout=RopeLayout.HALF_SPLIT).tolist()
+        [[False, True, False, True]]
+    """
+    if pairs.ndim != 2:
+        raise InvalidValueError("outlier_pairs", tuple(pairs.shape), "must be [kv_heads, m]")
+    d = positive_int("head_dim", head_dim, minimum=2)
+    if d % 2:
+        raise InvalidValueError("head_dim", d, "must be even (RoPE acts on pairs)")
+    p = pairs.to(torch.int64)
+    listed = [[int(v) for v in row] for row in p]
+    if p.numel() and (int(p.min()) < 0 or int(p.max()) >= d // 2):
+        raise InvalidValueError("outlier_pairs", listed, f"must lie in [0, {d // 2})")
+    pc = _pairs(d, layout)
+    mask = torch.zeros((int(p.shape[0]), d), dtype=torch.bool)
+    if p.numel():
+        mask.scatter_(1, pc[p].reshape(p.shape[0], -1), True)
+        if bool((mask.sum(dim=1) != 2 * p.shape[1]).any()):
+            raise InvalidValueError("outlier_pairs", listed, "must not repeat a pair in a head")
+    return mask
+
+
+def _pairs(d: int, layout: RopeLayout) -> torch.Tensor:
+    # The channels (a, b) of every RoPE pair, [d/2, 2] int64.
+    return torch.as_tensor(_pair_channels(d, layout), dtype=torch.int64)
+
+
 @final
 @dataclass(frozen=True, slots=True, eq=False)
 class DitherEncoding:
     """A dithered store of ``[batch, kv_heads, tokens, head_dim]`` keys.
 
     Attributes:
-        codes: int8 codes, same shape as the keys.
+        codes: int8 codes, same shape as the keys (0 on exact channels, which are not stored).
         scales: float16 block scales ``[batch, kv_heads, tokens, n_blocks]`` as stored.
-        x_hat: float64 reconstruction ``s * (code - xi)``.
+        x_hat: float64 reconstruction ``s * (code - xi)``, exact on the outlier channels.
         block_size: channels per scale block (contiguous).
+        outlier_pairs: ``[kv_heads, m]`` RoPE pair indices kept exact (int16, as stored).
+        exact: ``[kv_heads, head_dim]`` mask of the outlier channels.
+        outlier_values: ``[batch, kv_heads, tokens, 2 m]`` float16 values of the outlier
+            channels, in channel order.
     """
 
     codes: torch.Tensor
     scales: torch.Tensor
     x_hat: torch.Tensor
     block_size: int
+    outlier_pairs: torch.Tensor
+    exact: torch.Tensor
+    outlier_values: torch.Tensor
+
+    def read(self, dtype: torch.dtype) -> torch.Tensor:
+        """The keys a cache of ``dtype`` holds: ``x_hat`` rounded to ``dtype``, with the outlier
+        channels read from their float16 values."""
+        out = self.x_hat.clone()
+        if self.outlier_values.shape[-1]:
+            mask = self.exact.unsqueeze(0).unsqueeze(2).expand_as(out)
+            out[mask] = self.outlier_values.to(_F64).reshape(-1)
+        return out.to(dtype)
+
+    def byte_account(self, *, key_bytes: int = 2) -> ByteAccount:
+        """Packed bytes per token per head, measured from the stored tensors.
+
+        The codes of the kept channels, the scales, the outlier values and the pair indices
+        (one set per head, amortized over the stored tokens), each at its tensor's element
+        size; ``key_bytes`` sizes the uncompressed reference ``key_bytes * head_dim``.
+
+        Raises:
+            InvalidValueError: an empty store (no token to amortize over).
+        """
+        b, h, t, d = self.codes.shape
+        tokens = positive_int("tokens", int(t))
+        rows = float(b * h * t)
+        kept = int((~self.exact).sum()) * b * t  # code bytes actually held
+        payload = kept * self.codes.element_size() / rows
+        scales = self.scales.numel() * self.scales.element_size() / rows
+        outliers = self.outlier_values.numel() * self.outlier_values.element_size() / rows
+        indices = self.outlier_pairs.numel() * self.outlier_pairs.element_size() / (h * tokens)
+        total = payload + scales + outliers + indices
+        ref = float(positive_int("key_bytes", key_bytes) * d)
+        return ByteAccount(payload=payload, scales=scales, outliers=outliers, indices=indices,
+                           total=total, fp16=ref, ratio=total / ref)
 
 
 def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
-                    block_size: int) -> DitherEncoding:
+                    block_size: int, outlier_pairs: torch.Tensor | None = None,
+                    layout: RopeLayout = RopeLayout.HALF_SPLIT) -> DitherEncoding:
     """Quantize keys with subtractive dither, the numpy reference's arithmetic in torch.
 
     Token ``i`` of the block sits at absolute position ``start + i``; the stream does not
-    depend on the batch index (a batch shares one stream per request).
+    depend on the batch index (a batch shares one stream per request). Outlier channels are
+    kept exact, excluded from the block amax and hold code 0, as in
+    :func:`witcert_calculus.dither.dither_quantize`.
 
     Args:
         x: keys ``[batch, kv_heads, tokens, head_dim]`` (values taken exactly as float64).
@@ -191,13 +323,16 @@ def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
         layer: layer index.
         start: absolute position of the first token.
         block_size: channels per float16 scale; must divide ``head_dim``.
+        outlier_pairs: ``[kv_heads, m]`` RoPE pair indices kept exact (``None``: none).
+        layout: RoPE layout (which channels form a pair).
 
     Returns:
         The :class:`DitherEncoding`.
 
     Raises:
-        InvalidValueError: non-finite keys, a bad shape or block size, a scale that
-            overflows float16, or (never with the upward-rounded scale) a clipped code.
+        InvalidValueError: non-finite keys, a bad shape or block size, bad outlier pairs, a
+            scale or an outlier value that overflows float16, or (never with the
+            upward-rounded scale) a clipped code.
 
     Example:
         >>> x = torch.linspace(-1, 1, 16).reshape(1, 1, 2, 8)
@@ -215,8 +350,14 @@ def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
     a = x.detach().to(torch.float64)
     if not bool(torch.isfinite(a).all()):
         raise InvalidValueError("x", "tensor", "keys must be finite")
+    pairs = torch.zeros((h, 0), dtype=torch.int64) if outlier_pairs is None else outlier_pairs
+    if pairs.ndim != 2 or int(pairs.shape[0]) != h:
+        raise InvalidValueError("outlier_pairs", tuple(pairs.shape), f"must be [{h}, m]")
+    exact = exact_channels(pairs, head_dim=d, layout=layout)  # [h, d]
+    keep = ~exact.view(1, h, 1, d)
     nb = d // block_size
-    amax = a.abs().reshape(b, h, s_count, nb, block_size).amax(dim=-1)
+    kept = torch.where(keep, a, torch.zeros_like(a))
+    amax = kept.abs().reshape(b, h, s_count, nb, block_size).amax(dim=-1)
     scales = _round_up_f16(amax / (QMAX - 0.5))
     s = scales.to(torch.float64).repeat_interleave(block_size, dim=-1)  # exactly as stored
     xi = dither_noise(request=request, layer=layer, kv_heads=h,
@@ -224,21 +365,30 @@ def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
     pos = s > 0
     codes = torch.where(pos, torch.round(a / torch.where(pos, s, torch.ones_like(s)) + xi),
                         torch.zeros_like(s))
+    codes = torch.where(keep, codes, torch.zeros_like(codes))
     if bool((codes.abs() > QMAX).any()):
         raise InvalidValueError("codes", float(codes.abs().max()),
                                 f"exceed +-{QMAX}: the scale does not cover the block")
-    x_hat = s * (codes - xi)
-    return DitherEncoding(codes.to(torch.int8), scales, x_hat, block_size)
+    x_hat = torch.where(keep, s * (codes - xi), a)
+    m2 = int(exact[0].sum()) if h else 0
+    values = a[exact.view(1, h, 1, d).expand_as(a)].reshape(b, h, s_count, m2)
+    stored = values.to(torch.float16)
+    if not bool(torch.isfinite(stored).all()):
+        raise InvalidValueError("outlier value", float(values[~torch.isfinite(stored)][0]),
+                                "overflows float16 (65504)")
+    return DitherEncoding(codes.to(torch.int8), scales, x_hat, block_size,
+                          pairs.to(torch.int16), exact, stored)
 
 
 def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Tensor | None, *,
-                       scale: float, delta_loc: float,
-                       visible: torch.Tensor) -> LogitBound[torch.Tensor]:
+                       scale: float, delta_loc: float, visible: torch.Tensor,
+                       exact: torch.Tensor | None = None) -> LogitBound[torch.Tensor]:
     """Per-token Tier-B logit bound ``u_t`` of every query row over dithered keys.
 
     ``u_t = sqrt(2 varsigma_t^2 log(2 S_row / delta_loc)) + m_t + e_t`` with the variance
-    proxy ``varsigma_t^2 = scale^2 sum_b s_{t,b}^2 (sum_{c in b} q_c^2) / 12``, the grid-mean
-    term ``m_t = scale sum_b s_{t,b} (sum_{c in b} |q_c|) 2^-25`` and the cast term
+    proxy ``varsigma_t^2 = scale^2 sum_b s_{t,b}^2 (sum_{c in b, c kept} q_c^2) / 12`` (the
+    exact outlier channels carry no dither error), the grid-mean term
+    ``m_t = scale sum_b s_{t,b} (sum_{c in b, c kept} |q_c|) 2^-25`` and the cast term
     ``e_t = scale ||q|| cast_t``: the formula and margins of
     :func:`witcert_calculus.dither.tier_b_logit_bound` (which has no cast term: it reads the
     float64 reconstruction), each term rounded outward with room for the sum. ``|eps_t| <=
@@ -253,15 +403,18 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
     Args:
         query: ``[..., Q, d]`` query rows of the dithered logit part.
         scales: ``[..., S, nb]`` float16 block scales as stored (blocks of ``d / nb``
-            contiguous channels; no exact outlier channels).
-        cast: ``[..., S]`` upper bounds of ``||fl(x_hat_t) - x_hat_t||``, the rounding of the
-            reconstruction into the cache's dtype, or ``None`` when the float64
-            reconstruction is read.
+            contiguous channels).
+        cast: ``[..., S]`` upper bounds of ``||k_t - x_hat_t||`` for the key ``k_t`` the
+            attention reads (:meth:`DitherEncoding.read`: the reconstruction rounded into
+            the cache's dtype, outlier channels from their float16 values), or ``None``
+            when the float64 reconstruction itself is read.
         scale: the attention scale (> 0).
         delta_loc: failure probability of one row, in (0, 1).
         visible: ``[Q]`` tokens each row attends to (``S_row >= 1``, the union bound's ``S``);
             not checked here (a hot-loop input: a zero yields NaN, which the gate rejects,
             and refuses the reading's evidence).
+        exact: ``[..., d]`` mask of the outlier channels kept exact (broadcast over the
+            query rows, e.g. ``[B, H, 1, d]``), or ``None`` for none.
 
     Returns:
         A :class:`~witcert_calculus.witness.LogitBound` of ``[..., Q, S]`` float64 bounds.
@@ -285,30 +438,33 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
                                 f"its {nb} blocks must divide head_dim {d}")
     sc = real("scale", scale, lo=0.0, lo_open=True)
     dl = real("delta_loc", delta_loc, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    q_full = q  # the cast term covers every channel
+    if exact is not None:
+        q = torch.where(exact.to(torch.bool), torch.zeros_like(q), q)
     blocks = q.reshape(*q.shape[:-1], nb, d // nb)
     q2 = (blocks * blocks).sum(dim=-1)  # [..., Q, nb]
     q_abs = blocks.abs().sum(dim=-1)
     # exact tokens: no block with both a nonzero scale and a nonzero query channel
     live = torch.einsum("...qn,...sn->...qs", (blocks != 0).any(dim=-1).to(_F64),
                         (s != 0).to(_F64))
-    exact = live == 0
+    zero = live == 0
     vm = variance_margin(d, nb, scale=sc)
     q_max = q.abs().amax(dim=-1, keepdim=True)  # [..., Q, 1]
     var = (sc * sc) * torch.einsum("...qn,...sn->...qs", q2, s * s) / 12.0
-    var = outward(var, gamma=vm.gamma, alpha=vm.alpha * (1.0 + q_max * q_max), exact=exact)
+    var = outward(var, gamma=vm.gamma, alpha=vm.alpha * (1.0 + q_max * q_max), exact=zero)
     log_term = torch.log(2.0 * visible.to(_F64) / dl).unsqueeze(-1)  # [Q, 1]
     rm = radius_margin()
     radius = outward(torch.sqrt(2.0 * var * log_term), gamma=rm.gamma, alpha=rm.alpha,
                      exact=var == 0)
     mm = grid_mean_margin(d, nb, scale=sc)
     mean = outward(sc * torch.einsum("...qn,...sn->...qs", q_abs, s) * GRID_MEAN,
-                   gamma=mm.gamma, alpha=mm.alpha, exact=exact)
+                   gamma=mm.gamma, alpha=mm.alpha, exact=zero)
     u = radius + mean
     checks = [("every block scale is finite and >= 0", (torch.isfinite(s) & (s >= 0)).all()),
               ("visible[i] >= 1 for every query row i", (visible >= 1).all())]
     if cast is not None:
         # one band holds every channel, whatever the layout: a rigorous ||q||
-        q_norm = band_norms(q, bands=1, layout=RopeLayout.HALF_SPLIT)  # [..., Q, 1]
+        q_norm = band_norms(q_full, bands=1, layout=RopeLayout.HALF_SPLIT)  # [..., Q, 1]
         e = cast.to(_F64).unsqueeze(-2)  # [..., 1, S]
         cm = cast_margin()
         term = outward(sc * q_norm * e, gamma=cm.gamma, alpha=cm.alpha,

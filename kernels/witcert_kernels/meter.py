@@ -53,7 +53,8 @@ import torch
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
 from witcert_calculus.rounding import TINY, band_norm_margin, dot_margin, logit_margin, \
     sum_margin, tanh_margin, tv_margin
-from witcert_calculus.tv_forms import TVBasis, TVBatch
+from witcert_calculus.theorems import TV_SINGLE_TOKEN
+from witcert_calculus.tv_forms import SINGLE_TOKEN_PREMISE, TVBasis, TVBatch
 from witcert_calculus.validation import positive_int, real
 from witcert_calculus.witness import ESTABLISHERS, LogitBound, RopeLayout, band_channels, \
     is_established
@@ -334,7 +335,8 @@ def _retention_raw(p: torch.Tensor, c: torch.Tensor, log_a: torch.Tensor,
 
 
 def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tensor, *,
-                    check: bool = True) -> TVBatch[torch.Tensor]:
+                    check: bool = True, visible: torch.Tensor | None = None
+                    ) -> TVBatch[torch.Tensor]:
     """Every Tier-A bound on ``TV(p, p_tilde)`` from per-token logit bounds, in the log domain.
 
     The torch version of :func:`witcert_calculus.tv_forms.tv_bounds_batch`: with
@@ -357,6 +359,10 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
             refuses the evidence with a ``PremiseError``); a NaN or negative input also
             yields a NaN or negative bound, which the acceptance gate's magnitude stage
             rejects.
+        visible: tokens each row attends to, broadcastable to ``[...]`` (e.g. ``[Q]``), or
+            ``None``: rows with one visible token report 0 on every form (softmax over one
+            token is 1; Lean ``WitCert.Meters.tv_single_token``), as in
+            :func:`witcert_calculus.tv_forms.tv_bounds_batch`, with its computed premise.
 
     Returns:
         A :class:`~witcert_calculus.tv_forms.TVBatch` of ``[...]`` float64 tensors, with the
@@ -384,7 +390,8 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
         raise InvalidValueError("p_tilde", "tensor", "must be nonnegative and not NaN")
     if check and (bool(torch.isnan(cc).any()) or bool((cc < 0).any())):
         raise InvalidValueError("c", "tensor", "must be nonnegative and not NaN")
-    checks = (("p_tilde rows are finite and nonnegative with a positive sum (renormalized "
+    checks: tuple[tuple[str, torch.Tensor], ...] = (
+              ("p_tilde rows are finite and nonnegative with a positive sum (renormalized "
                "here to probability vectors)",
                torch.isfinite(p).all() & (p >= 0).all() & (p.sum(dim=-1) > 0).all()),
               ("c_t >= 0 for every token t, not NaN (inf allowed)", (cc >= 0).all()))
@@ -399,8 +406,17 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
     t = outward(torch.sinh(la - lm), gamma=gamma, alpha=margin.alpha, exact=exact)
     r = torch.minimum(outward(_retention_raw(p, cc, la, lm), gamma=gamma, alpha=margin.alpha,
                               exact=exact), e)
+    th = _tanh_max(cc)
+    also: tuple[str, ...] = ()
+    if visible is not None:
+        one = torch.broadcast_to(visible == 1, e.shape)
+        zero = torch.zeros_like(e)
+        e, t, r, th = (torch.where(one, zero, x) for x in (e, t, r, th))
+        checks = (*checks, (SINGLE_TOKEN_PREMISE,
+                            (~one | ((p > 0).sum(dim=-1) <= 1)).all()))
+        also = (TV_SINGLE_TOKEN,)
     return TVBatch(eform=e, two_sided=t, retention=r, meter=torch.minimum(e, t),
-                   tanh_max=_tanh_max(cc), log_a=la, log_a_minus=lm, basis=_basis(c, checks))
+                   tanh_max=th, log_a=la, log_a_minus=lm, basis=_basis(c, checks, also))
 
 
 def _tanh_max(cc: torch.Tensor) -> torch.Tensor:

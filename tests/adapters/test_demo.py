@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
+
+from witcert_adapters.demo.settings import DEMO_SCHEMES, OPERATING_POINT, DemoSettings
+from witcert_adapters.schemes import get_scheme
+from witcert_calculus.errors import InvalidValueError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,3 +40,35 @@ def test_demo_reproduces_the_stored_report(tmp_path: Path) -> None:
         assert fresh == stored, fix
     for name in ("report.json", "coverage.png"):
         assert (tmp_path / name).stat().st_size > 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    schemes = {s["name"]: s for s in report["schemes"]}
+    assert list(schemes) == list(DEMO_SCHEMES) and report["threshold"] == 0.2
+    for s in schemes.values():
+        assert {"name", "threshold", "coverage_tier_a", "coverage_tier_b", "violations",
+                "key_bytes_per_token_head"} <= set(s)
+        assert s["violations"] == 0 and s["threshold"] == 0.2
+        assert (s["coverage_tier_b"] is None) == (get_scheme(s["name"]).dithered is None)
+    # the certified operating point: Tier-B coverage >= 0.98 at <= 0.6 of fp16's bytes,
+    # the bytes measured from the stored tensors
+    point = schemes[OPERATING_POINT]
+    assert point["coverage_tier_b"] >= 0.98 and point["key_bytes_measured"]
+    assert point["key_bytes_per_token_head"] <= 0.6 * point["key_bytes_fp16"]
+    assert schemes["dither_int8"]["coverage_tier_b"] < point["coverage_tier_b"]
+
+
+@pytest.mark.parametrize("tau", [0.0, 1.0, -0.1, 1.5, float("nan")])
+def test_a_threshold_outside_the_open_unit_interval_is_a_typed_error(tau: float) -> None:
+    with pytest.raises(InvalidValueError, match="threshold"):
+        DemoSettings(threshold=tau)
+
+
+def test_the_command_line_takes_a_threshold_and_bands(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    from witcert_adapters.demo import cli
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(cli, "run_demo", lambda out, **kw: seen.update(kw, out=out))
+    assert cli.main(["--out", str(tmp_path), "--threshold", "0.3", "--bands", "8"]) == 0
+    assert seen["threshold"] == 0.3 and seen["bands"] == 8 and seen["out"] == tmp_path
+    assert cli.main(["--out", str(tmp_path)]) == 0
+    assert seen["threshold"] == 0.2 and seen["schemes"] == DEMO_SCHEMES

@@ -68,9 +68,12 @@ def test_tier_b_spends_the_telescoping_budget_and_passes_the_gate(family: str) -
         assert run.records[layer].tier_b.delta_loc[-1] <= float(events[-1].delta) / (2 * 4 * 1)
 
 
-def test_tier_b_cell_matches_the_numpy_reference_certificate() -> None:
-    """The live Tier-B cell equals witcert_calculus.dither's radius and meter on the same
-    stored keys (numpy quantizer), query and delta_loc."""
+@pytest.mark.parametrize(("scheme", "pairs"), [("dither_int8", 0), ("dither_int8_g16_m4", 4)])
+def test_tier_b_cell_matches_the_numpy_reference_certificate(scheme: str, pairs: int) -> None:
+    """The live Tier-B cell equals witcert_calculus.dither's bound and meter on the same
+    stored keys (numpy quantizer, with the outlier pairs the cache fixed on its prefill), query
+    and delta_loc, up to the deterministic term of what the cache holds (float32 rounding of
+    the reconstruction, float16 outlier values)."""
     model = tiny_model("llama")
     attn = model.model.layers[1].self_attn
     seen: dict[str, Any] = {}
@@ -81,34 +84,78 @@ def test_tier_b_cell_matches_the_numpy_reference_certificate() -> None:
         with_kwargs=True)
     ledger = RiskLedger()
     rid = ledger.open_request(delta_req="1/50")
+    prompt = 6
     try:
-        with attach(model, scheme="dither_int8", request_id=rid, audit=True,
-                    ledger=ledger) as probe:
-            tokens = run_probe(model, probe, _ids(4), 2)
+        with attach(model, scheme=scheme, request_id=rid, audit=True, ledger=ledger) as probe:
+            tokens = run_probe(model, probe, _ids(4, prompt), 2)
             run = probe.result()
             cache = probe.cache
             assert cache is not None
-            exact = cache.logs[1].exact(0)  # [1, Hkv, S, d]
+            log = cache.logs[1]
+            exact = log.exact(0)  # [1, Hkv, S, d]
+            fixed = log.outlier_pairs
+            cast = torch.cat(log.dither_cast, dim=2)[0]  # [Hkv, S]
     finally:
         h.remove()
+    assert fixed is not None and tuple(fixed.shape) == (exact.shape[1], pairs)
     q_last = seen["q"][0, :, -1].double().numpy()  # the final decode row, [H, d]
     dloc = float(run.records[1].tier_b.delta_loc[-1])
-    heads, hkv = q_last.shape[0], exact.shape[1]
+    heads, hkv, d = q_last.shape[0], exact.shape[1], exact.shape[-1]
     scale = float(attn.scaling)
+    store = run.records[1].write.store
+    assert store is not None and np.array_equal(store.outlier_pairs, fixed.numpy())
+    want_bytes = ref.byte_account(d, block_size=d, outlier_pairs=pairs, tokens=tokens)
+    assert store.key_bytes == pytest.approx(want_bytes.total, rel=1e-12)
+    assert (store.token_overlap is None) == (pairs == 0)
     for head in range(heads):
         kv = head // (heads // hkv)
-        stored = ref.dither_quantize(exact[0, kv].double().numpy(),
-                                     key=ref.DitherKey(rid, 1, kv), tokens=np.arange(tokens),
-                                     block_size=exact.shape[-1], layout=RopeLayout.HALF_SPLIT)
-        u = ref.subgaussian_radius(ref.dither_variance_proxy(q_last[head], stored, scale=scale),
-                                   delta_loc=dloc, tokens=tokens)
-        # the live c_t is the reference radius plus the (tiny, deterministic) float32
-        # rounding of the reconstruction: never below the radius, and within 1e-5 of it
+        keys = exact[0, kv].double().numpy()
+        # the pairs were chosen from the prefill keys alone, by the reference's rule
+        chosen = ref.select_outlier_pairs(keys[:prompt], count=pairs, layout=RopeLayout.HALF_SPLIT)
+        assert fixed[kv].tolist() == chosen.tolist()
+        stored = ref.dither_quantize(keys, key=ref.DitherKey(rid, 1, kv), tokens=np.arange(tokens),
+                                     block_size=d, layout=RopeLayout.HALF_SPLIT,
+                                     outlier_pairs=chosen)
+        u = ref.tier_b_logit_bound(q_last[head], stored, scale=scale, delta_loc=dloc,
+                                   tokens=tokens).values
+        # never below the reference bound; above it by at most the cast term
         live = run.records[1].tier_b.last_u[0, head]
-        assert np.all(live >= u) and np.allclose(live, u, rtol=1e-5, atol=0)
+        extra = scale * np.linalg.norm(q_last[head]) * cast[kv].double().numpy()
+        assert np.all(live >= u) and np.all(live <= (u + extra) * (1 + 1e-9))
         p = run.records[1].read.last_p[0, head]
         want = meters.tv_meter(p / p.sum(), live).raw
         assert run.records[1].tier_b.meter[0, head, -1] == pytest.approx(want, rel=1e-9)
+
+
+def test_outlier_pairs_persist_and_the_cache_holds_them_in_float16() -> None:
+    """The pairs fixed at the prefill stay for the request; the cache holds those channels as
+    their float16 values, every other channel as the dithered reconstruction."""
+    model = tiny_model("llama")
+    ledger = RiskLedger()
+    rid = ledger.open_request(delta_req="1/50")
+    with attach(model, scheme="dither_int8_g16_m4", request_id=rid, audit=True,
+                ledger=ledger) as probe:
+        run_probe(model, probe, _ids(2, 5), 3)
+        cache = probe.cache
+        assert cache is not None
+        log = cache.logs[0]
+        held = cache.layers[0].keys.double()  # type: ignore[attr-defined]
+        exact = log.exact(0).double()
+        mask = log.dither_exact
+    assert mask is not None and int(mask[0].sum()) == 8
+    assert torch.equal(held[..., mask[0]][0, 0], exact[0, 0][:, mask[0]].half().double())
+    assert not torch.equal(held[0, 0][:, ~mask[0]], exact[0, 0][:, ~mask[0]])
+    steps = log.written
+    assert steps[0].pair_overlap is None and all(s.pair_overlap is not None for s in steps[1:])
+
+
+def test_a_group_that_does_not_divide_the_head_is_a_typed_error() -> None:
+    from witcert_calculus.errors import InvalidValueError
+
+    model = tiny_model("llama")  # head_dim 16
+    with attach(model, scheme="dither_int8_g32_m0") as probe:
+        with pytest.raises(InvalidValueError, match="group.*32.*must divide head_dim 16"):
+            run_probe(model, probe, _ids(), 1)
 
 
 def test_gate_counts_and_rejects_a_tier_b_violation() -> None:

@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 from witcert_calculus import dither as ref  # noqa: E402
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
 from witcert_calculus.witness import RopeLayout  # noqa: E402
-from witcert_kernels.dither import dither_noise, dither_quantize, philox4x32  # noqa: E402
+from witcert_kernels.dither import dither_noise, dither_quantize, exact_channels, philox4x32, \
+    select_outlier_pairs  # noqa: E402
 
 
 def test_philox_matches_the_reference_on_edge_counters() -> None:
@@ -62,6 +63,101 @@ def test_quantized_values_are_bit_identical(seed: int, block: int, magnitude: fl
             assert np.array_equal(enc.x_hat[b, h].numpy(), ref.dither_dequantize(stored))
             half = stored.channel_scales() / 2
             assert bool((np.abs(enc.x_hat[b, h].numpy() - xs[b, h]) <= half).all())
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), block=st.sampled_from([16, 32, 64]),
+       pairs=st.integers(0, 4), layout=st.sampled_from(list(RopeLayout)),
+       start=st.integers(0, 10_000), request=st.integers(0, 2**64 - 1))
+def test_group_scales_and_outlier_pairs_are_bit_identical(seed: int, block: int, pairs: int,
+                                                          layout: RopeLayout, start: int,
+                                                          request: int) -> None:
+    """The full Tier-B store (group scales, outlier pairs chosen by energy, kept exact and out of
+    the amax) gives the reference's pairs, scales, codes and reconstruction bit for bit."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, 3, 7, 64, generator=g, dtype=torch.float64)
+    x[0, :, :, 5] *= 80.0  # massive channels, as RoPE outlier pairs are
+    x[0, 1, :, 40] *= 200.0
+    x = x.to(torch.float32)
+    chosen = select_outlier_pairs(x, count=pairs, layout=layout)
+    enc = dither_quantize(x, request=request, layer=2, start=start, block_size=block,
+                          outlier_pairs=chosen, layout=layout)
+    xs = x.to(torch.float64).numpy()
+    for h in range(3):
+        want_pairs = ref.select_outlier_pairs(xs[0, h], count=pairs, layout=layout)
+        assert chosen[h].tolist() == want_pairs.tolist()
+        stored = ref.dither_quantize(xs[0, h], key=ref.DitherKey(request, 2, h),
+                                     tokens=np.arange(start, start + 7), block_size=block,
+                                     layout=layout, outlier_pairs=want_pairs)
+        assert np.array_equal(enc.scales[0, h].numpy(), stored.scales)
+        assert np.array_equal(enc.codes[0, h].numpy(), stored.payload)
+        assert np.array_equal(enc.x_hat[0, h].numpy(), ref.dither_dequantize(stored))
+        assert np.array_equal(np.flatnonzero(enc.exact[h].numpy()), stored.outlier_channels)
+        assert np.array_equal(enc.outlier_values[0, h].numpy(),
+                              stored.outlier_values.astype(np.float16))
+        # the packed bytes measured from the tensors are the reference's account
+        acc = ref.byte_account(64, block_size=block, outlier_pairs=pairs, tokens=7)
+        assert enc.byte_account() == acc
+    read = enc.read(torch.float32).to(torch.float64)
+    assert torch.equal(read[..., ~enc.exact[0]][0, 0], enc.x_hat[0, 0][:, ~enc.exact[0]].to(
+        torch.float32).to(torch.float64))
+    if pairs:  # outliers are read from their float16 values
+        assert torch.equal(read[0, 0][:, enc.exact[0]],
+                           x[0, 0][:, enc.exact[0]].to(torch.float16).to(torch.float64))
+
+
+def test_outlier_pairs_measured_bytes_next_to_fp16() -> None:
+    """g32 with 4 pairs on d = 64: 56 code bytes + 2 scales + 8 fp16 values = 76 B of 128."""
+    x = torch.randn(1, 2, 16, 64)
+    enc = dither_quantize(x, request=0, layer=0, start=0, block_size=32,
+                          outlier_pairs=select_outlier_pairs(x, count=4,
+                                                             layout=RopeLayout.HALF_SPLIT))
+    acc = enc.byte_account()
+    assert (acc.payload, acc.scales, acc.outliers, acc.fp16) == (56.0, 4.0, 16.0, 128.0)
+    assert acc.indices == 8 / 16 and acc.total == 76.5 and acc.ratio == 76.5 / 128
+
+
+def test_outlier_pair_errors_name_the_value() -> None:
+    x = torch.randn(1, 2, 3, 8)
+    with pytest.raises(InvalidValueError, match=r"count.*5.*head_dim/2 = 4"):
+        select_outlier_pairs(x, count=5, layout=RopeLayout.HALF_SPLIT)
+    with pytest.raises(InvalidValueError, match=r"outlier_pairs.*\[0, 4\)"):
+        exact_channels(torch.tensor([[4], [0]]), head_dim=8, layout=RopeLayout.HALF_SPLIT)
+    with pytest.raises(InvalidValueError, match="repeat"):
+        exact_channels(torch.tensor([[1, 1], [0, 2]]), head_dim=8, layout=RopeLayout.HALF_SPLIT)
+    with pytest.raises(InvalidValueError, match=r"outlier_pairs.*\[2, m\]"):
+        dither_quantize(x, request=0, layer=0, start=0, block_size=8,
+                        outlier_pairs=torch.tensor([[0]]))
+    with pytest.raises(InvalidValueError, match="block_size.*must divide head_dim 8"):
+        dither_quantize(x, request=0, layer=0, start=0, block_size=6)
+
+
+def test_tier_b_bound_excludes_exact_channels_like_the_reference() -> None:
+    """With outlier pairs, the torch bound (no cast term) is the reference's bound: the exact
+    channels' query entries leave the variance and mean terms."""
+    from witcert_kernels.dither import tier_b_logit_bound
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(1, 2, 6, 32))
+    x[0, :, :, 3] *= 300.0
+    q = rng.normal(size=(1, 2, 2, 32)) * 5
+    xt = torch.from_numpy(x)
+    pairs = select_outlier_pairs(xt, count=2, layout=RopeLayout.HALF_SPLIT)
+    enc = dither_quantize(xt, request=5, layer=0, start=0, block_size=16, outlier_pairs=pairs)
+    visible = torch.tensor([6, 9])
+    got = tier_b_logit_bound(torch.from_numpy(q), enc.scales, None, scale=0.2, delta_loc=1e-6,
+                             visible=visible, exact=enc.exact.unsqueeze(0).unsqueeze(2)).values
+    blind = tier_b_logit_bound(torch.from_numpy(q), enc.scales, None, scale=0.2, delta_loc=1e-6,
+                               visible=visible).values
+    for h in range(2):
+        stored = ref.dither_quantize(x[0, h], key=ref.DitherKey(5, 0, h), tokens=np.arange(6),
+                                     block_size=16, layout=RopeLayout.HALF_SPLIT,
+                                     outlier_pairs=pairs[h].numpy())
+        for i in range(2):
+            want = ref.tier_b_logit_bound(q[0, h, i], stored, scale=0.2, delta_loc=1e-6,
+                                          tokens=int(visible[i])).values
+            np.testing.assert_allclose(got[0, h, i].numpy(), want, rtol=1e-13, atol=0)
+    assert bool((got < blind).all())  # the mask is what makes the exact channels free
 
 
 def test_scale_overflow_and_bad_arguments_raise_typed_errors() -> None:

@@ -348,3 +348,44 @@ def test_tanh_max_alone_equals_the_batch_form_and_numpy_and_is_certified() -> No
     _, bad = tv_tanh_max_batch(-c.values)  # a negative "bound" is refused at evidence time
     with pytest.raises(PremiseError, match="c_t >= 0"):
         bad.evidence(SOFTMAX_TV_TANH_SOUND)
+
+
+def test_single_visible_token_rows_report_zero_in_both_twins_and_cite_the_lemma() -> None:
+    """A row that sees one token has TV exactly 0 however large its logit errors: both twins
+    report 0 on every form there (and only there), the readings cite
+    WitCert.Meters.tv_single_token, and a row marked single whose p_tilde spreads over two
+    tokens refuses the evidence."""
+    from witcert_calculus.errors import PremiseError
+    from witcert_calculus.theorems import TV_EFORM_SOUND, TV_SINGLE_TOKEN, TV_TWO_SIDED_SOUND
+    from witcert_calculus.tiers import theorems_of
+
+    rng = np.random.default_rng(3)
+    p = np.zeros((3, 5))
+    p[0, 0] = 1.0  # causal row 0: one visible token
+    p[1, :2] = rng.dirichlet(np.ones(2))
+    p[2] = rng.dirichlet(np.ones(5))
+    c = np.full((3, 5), 4.0)  # large logit errors: every multi-token row saturates
+    visible = np.array([1, 2, 5])
+    # the true TV of a one-token row is 0 whatever the logits: softmax over one token is 1
+    z, zt = rng.normal(size=1) * 100, rng.normal(size=1) * 100
+    assert 0.5 * abs(np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+                     - np.exp(zt - zt.max()) / np.exp(zt - zt.max()).sum()).sum() == 0.0
+    want = tv_forms.tv_bounds_batch(p, c, visible=visible)
+    got = tv_bounds_batch(torch.from_numpy(p), torch.from_numpy(c), visible=torch.from_numpy(
+        visible))
+    for name in ("eform", "two_sided", "retention", "meter", "tanh_max"):
+        w, g = getattr(want, name), getattr(got, name).numpy()
+        assert w[0] == 0.0 and g[0] == 0.0, name
+        assert (w[1:] > 0.5).all() and np.array_equal(w, g), name
+    blind = tv_forms.tv_bounds_batch(p, c)
+    assert blind.meter[0] > 1 and np.array_equal(blind.meter[1:], want.meter[1:])
+    for basis in (want.basis, got.basis):
+        ev = basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+        assert TV_SINGLE_TOKEN in theorems_of(ev)
+    assert TV_SINGLE_TOKEN not in theorems_of(blind.basis.evidence(TV_EFORM_SOUND))
+    lying = np.array([1, 1, 5])  # row 1 spreads over two tokens: not a one-token row
+    for basis in (tv_forms.tv_bounds_batch(p, c, visible=lying).basis,
+                  tv_bounds_batch(torch.from_numpy(p), torch.from_numpy(c), check=False,
+                                  visible=torch.from_numpy(lying)).basis):
+        with pytest.raises(PremiseError, match="one visible token"):
+            basis.evidence(TV_EFORM_SOUND)

@@ -1,4 +1,4 @@
-"""The demo's command line: ``python -m witcert_adapters.demo --out DIR``.
+"""The demo's command line: ``python -m witcert_adapters.demo [--threshold TAU] [--repair] --out DIR``.
 
 Main declarations
 -----------------
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from witcert_adapters.demo.run import run_demo
-from witcert_adapters.demo.settings import DEMO_SCHEMES
+from witcert_adapters.demo.settings import BANDS, DEMO_SCHEMES, THRESHOLD
 
 __all__ = ["main"]
 
@@ -38,7 +38,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="folder for report.txt, report.json and coverage.png")
     parser.add_argument("--schemes", nargs="*", default=list(DEMO_SCHEMES),
                         help="registered scheme names (default: %(default)s)")
+    parser.add_argument("--threshold", type=float, default=THRESHOLD,
+                        help="coverage threshold tau in (0, 1) (default: %(default)s)")
+    parser.add_argument("--bands", type=int, default=BANDS,
+                        help="witness bands per key (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--repair", action="store_true",
+                        help="instead, measure the repairing gate (page-in from an exact backing "
+                             "store) and write repair.json")
     args = parser.parse_args(argv)
-    run_demo(args.out, schemes=tuple(args.schemes), threads=args.threads)
+    if args.repair:
+        from witcert_adapters.demo.repair import run_repair
+
+        run_repair(args.out, threshold=args.threshold, threads=args.threads)
+        return 0
+    run_demo(args.out, schemes=tuple(args.schemes), threads=args.threads,
+             threshold=args.threshold, bands=args.bands)
     return 0

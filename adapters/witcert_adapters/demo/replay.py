@@ -87,7 +87,7 @@ def _readings(model: Any, run: LiveRun) -> tuple[LayerReading, ...]:
 
 
 def replay(model: Any, ledger: RiskLedger, scheme: str, ref: Reference, *,
-           delta_req: str) -> RequestResult:
+           delta_req: str, bands: int | None = None) -> RequestResult:
     """Replay ``ref`` through ``scheme`` as a new request of ``ledger``.
 
     Args:
@@ -96,6 +96,7 @@ def replay(model: Any, ledger: RiskLedger, scheme: str, ref: Reference, *,
         scheme: a registered scheme name.
         ref: the reference to replay.
         delta_req: the request's failure-probability budget.
+        bands: witness bands per key (``None``: the layout's default).
 
     Returns:
         The :class:`RequestResult`.
@@ -105,8 +106,10 @@ def replay(model: Any, ledger: RiskLedger, scheme: str, ref: Reference, *,
         >>> # result.verdict.accepted
     """
     request_id = ledger.open_request(delta_req=delta_req)
-    with attach(model, scheme=scheme, request_id=request_id, audit=True,
-                ledger=ledger) as probe:
+    # The horizon (every query row of the request) is known in advance here, so the probe
+    # also reports the fixed-horizon allocation next to the anytime-valid one it spends.
+    with attach(model, scheme=scheme, request_id=request_id, audit=True, bands=bands,
+                ledger=ledger, horizon=ref.processed) as probe:
         comp = _teacher_forced(model, ref, probe.new_cache())
         run = probe.result()
     kl, top1 = kl_top1(ref.step_logits, comp)

@@ -8,7 +8,7 @@ Main declarations
 -----------------
 - Text: :func:`header_lines`, :func:`request_lines`, :func:`tier_b_line`,
   :func:`page_in_line`, :func:`table_lines`, :func:`wall_line`.
-- JSON: :data:`Json`, :func:`request_json`, :func:`report_json`.
+- JSON: :data:`Json`, :func:`request_json`, :func:`scheme_json`, :func:`report_json`.
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from typing import TypeAlias
 import numpy as np
 
 from witcert_adapters.demo.replay import RequestResult
-from witcert_adapters.demo.settings import DELTA_REQ, MODEL_NAME, MODEL_TITLE, DemoSettings
+from witcert_adapters.demo.settings import DELTA_REQ, MODEL_NAME, MODEL_TITLE, OPERATING_POINT, \
+    DemoSettings
 from witcert_adapters.demo.tally import SchemeRow
 from witcert_adapters.hf import LiveRun
 from witcert_adapters.readings import coverage
 from witcert_calculus import block_summary, page_in_order
 
 __all__ = ["Json", "header_lines", "page_in_line", "report_json", "request_json",
-           "request_lines", "table_lines", "tier_b_line", "wall_line"]
+           "request_lines", "scheme_json", "table_lines", "tier_b_line", "wall_line"]
 
 Json: TypeAlias = "dict[str, Json] | list[Json] | str | int | float | bool | None"
 """A JSON value as :func:`json.dumps` writes it."""
@@ -44,11 +45,12 @@ def header_lines(settings: DemoSettings, *, load_s: float) -> list[str]:
 
     Example:
         >>> header_lines(DemoSettings(), load_s=1.25)[1]
-        'threshold for coverage: meter <= 0.1; 8 teacher-forced decode steps per prompt; model load 1.2 s'
+        'threshold for coverage: meter <= 0.2; 8 teacher-forced decode steps per prompt; 4 witness bands per key; model load 1.2 s'
     """
     return [f"WitCert live meters on {MODEL_TITLE}",
             f"threshold for coverage: meter <= {settings.threshold}; {settings.decode_steps} "
-            f"teacher-forced decode steps per prompt; model load {load_s:.1f} s",
+            f"teacher-forced decode steps per prompt; {settings.bands} witness bands per key; "
+            f"model load {load_s:.1f} s",
             ""]
 
 
@@ -129,23 +131,47 @@ def request_lines(result: RequestResult, *, threshold: float, page_in: str) -> l
     return lines
 
 
-def table_lines(rows: Sequence[SchemeRow], *, rho: float, settings: DemoSettings) -> list[str]:
-    """The measured table over schemes, its Tier-B rows and the rank correlation."""
+def _opt(x: float | None, fmt: str = "8.3f") -> str:
+    return f"{'-':>8s}" if x is None else format(x, fmt)
+
+
+def table_lines(rows: Sequence[SchemeRow], *, rho: float, settings: DemoSettings,
+                fp16_bytes: float) -> list[str]:
+    """The measured table over schemes, its Tier-B rows, the operating point and the rank
+    correlation (``fp16_bytes``: an fp16 key's bytes per token per head)."""
+    tau = settings.threshold
     lines = [f"Measured table ({len(settings.prompts)} prompts x {settings.decode_steps} "
-             f"teacher-forced decode steps, coverage threshold {settings.threshold}):",
-             "  scheme            coverage  KL(nats)    top-1   max true TV  violations  gate"]
+             f"teacher-forced decode steps, coverage threshold {tau}):",
+             "  scheme                   B/key  coverage    joint  KL(nats)    top-1   max true TV  "
+             "violations  gate"]
     for r in rows:
-        lines.append(f"  {r.scheme:16s}  {r.coverage:8.3f}  {r.kl:9.5f}  {r.top1:6.3f}  "
+        lines.append(f"  {r.scheme:22s}  {r.key_bytes:6.1f}  {r.coverage:8.3f} "
+                     f"{_opt(r.joint_coverage)}  {r.kl:9.5f}  {r.top1:6.3f}  "
                      f"{r.max_true_tv:11.4g}  {r.violations:10d}  {r.gate}")
     for r in rows:
         if r.tier_b_coverage is not None:
-            lines.append(f"  {r.scheme + ' [B]':16s}  {r.tier_b_coverage:8.3f}  (Tier B: "
-                         f"probabilistic, non-adaptive scope; delta_loc <= "
+            lines.append(f"  {r.scheme + ' [B]':22s}  {r.key_bytes:6.1f}  {r.tier_b_coverage:8.3f}"
+                         f"  (Tier B: probabilistic, non-adaptive scope; delta_loc <= "
                          f"{r.tier_b_delta_loc:.3g} per cell, ledger spend {r.tier_b_spent} of "
-                         f"{DELTA_REQ} per request)  violations {r.tier_b_violations}")
-    lines += ["  (rows without [B] are Tier A, the adaptive-safe deterministic bound; a [B] row "
-              "gives the same scheme's coverage under its Tier-B probabilistic certificate)",
-              f"Spearman rank correlation between coverage (Tier A) and KL: {rho:.3f}",
+                         f"{DELTA_REQ} per request; fixed-horizon delta_req/(L H T) coverage "
+                         f"{_opt(r.tier_b_fixed_coverage, '.3f')})  violations "
+                         f"{r.tier_b_violations}")
+    lines += [f"  (rows without [B] are Tier A, the adaptive-safe deterministic bound; a [B] row "
+              "gives the same scheme's coverage under its Tier-B probabilistic certificate; "
+              f"B/key: stored key bytes per token per kv head, fp16 {fp16_bytes:.0f}; joint: "
+              "cells with both the TV meter and the output bound over max ||v|| at or below "
+              "the threshold)"]
+    point = next((r for r in rows if r.scheme == OPERATING_POINT), None)
+    if point is not None and point.tier_b_coverage is not None:
+        pairs = "" if point.pair_token_overlap is None else (
+            f"; outlier pairs fixed at the prefill hold {point.pair_token_overlap:.3f} of each "
+            f"later token's own top pairs and {_opt(point.pair_final_overlap, '.3f')} of the "
+            "top pairs over all tokens")
+        lines.append(f"Certified operating point {point.scheme}: Tier-B coverage "
+                     f"{point.tier_b_coverage:.3f} at tau {tau} with {point.tier_b_violations} "
+                     f"violations, {point.key_bytes:.1f} B per key ({point.key_bytes / fp16_bytes:.3f}"
+                     f" of fp16, measured from the stored tensors){pairs}")
+    lines += [f"Spearman rank correlation between coverage (Tier A) and KL: {rho:.3f}",
               "High coverage is evidence of safety; low coverage guarantees nothing either way."]
     return lines
 
@@ -179,11 +205,32 @@ def _row_json(r: SchemeRow) -> Json:
             "tier_b_delta_loc": r.tier_b_delta_loc, "tier_b_spent": r.tier_b_spent}
 
 
+def scheme_json(r: SchemeRow, *, threshold: float, fp16_bytes: float) -> Json:
+    """One scheme's entry of ``report.json``'s ``"schemes"`` list."""
+    return {"name": r.scheme, "threshold": threshold, "coverage_tier_a": r.coverage,
+            "coverage_tier_b": r.tier_b_coverage,
+            "coverage_tier_b_fixed_horizon": r.tier_b_fixed_coverage,
+            "violations": r.violations + (r.tier_b_violations or 0),
+            "violations_tier_a": r.violations, "violations_tier_b": r.tier_b_violations,
+            "key_bytes_per_token_head": r.key_bytes,
+            "key_bytes_measured": r.key_bytes_measured, "key_bytes_fp16": fp16_bytes,
+            "coverage_output": r.output_coverage, "coverage_joint": r.joint_coverage,
+            "kl": r.kl, "top1": r.top1, "gate": r.gate,
+            "tier_b_delta_loc": r.tier_b_delta_loc, "tier_b_spent": r.tier_b_spent,
+            "outlier_pair_token_overlap": r.pair_token_overlap,
+            "outlier_pair_final_overlap": r.pair_final_overlap}
+
+
 def report_json(settings: DemoSettings, *, requests: Sequence[Json], rows: Sequence[SchemeRow],
-                rho: float, per_layer: Mapping[str, list[float]], wall_s: float) -> Json:
-    """The whole ``report.json``: settings, requests, the table and per-layer coverage."""
+                rho: float, per_layer: Mapping[str, list[float]], wall_s: float,
+                fp16_bytes: float) -> Json:
+    """The whole ``report.json``: settings, the schemes, requests, the table and per-layer
+    coverage."""
     per_layer_json: dict[str, Json] = {k: list[Json](v) for k, v in per_layer.items()}
-    return {"model": MODEL_NAME, "threshold": settings.threshold,
+    return {"model": MODEL_NAME, "threshold": settings.threshold, "bands": settings.bands,
+            "operating_point": OPERATING_POINT,
+            "schemes": [scheme_json(r, threshold=settings.threshold, fp16_bytes=fp16_bytes)
+                        for r in rows],
             "prompts": list[Json](settings.prompts), "requests": list(requests),
             "table": [repr(r) for r in rows], "rows": [_row_json(r) for r in rows],
             "spearman_coverage_kl": rho, "per_layer_coverage": per_layer_json,

@@ -34,6 +34,7 @@ from witcert_adapters.demo.report import (
     wall_line,
 )
 from witcert_adapters.demo.settings import (
+    BANDS,
     CONTINUATION,
     DELTA_REQ,
     DEMO_SCHEMES,
@@ -83,12 +84,13 @@ def measure_scheme(model: Any, ledger: RiskLedger, scheme: str, refs: Sequence[R
     lines: list[str] = []
     requests: list[Json] = []
     for ref in refs:
-        result = replay(model, ledger, scheme, ref, delta_req=DELTA_REQ)
+        result = replay(model, ledger, scheme, ref, delta_req=DELTA_REQ, bands=settings.bands)
         tally.add(result, threshold=settings.threshold)
         page = page_in_line(result.run, settings.threshold)
         lines += request_lines(result, threshold=settings.threshold, page_in=page)
         requests.append(request_json(result, page_in=page))
-    return SchemeReport(tally.row(), tally.per_layer(), tuple(lines), tuple(requests))
+    return SchemeReport(tally.row(head_dim=int(model.config.head_dim)), tally.per_layer(),
+                        tuple(lines), tuple(requests))
 
 
 def _write(out: Path, lines: Sequence[str], report: Json, per_layer: dict[str, list[float]],
@@ -101,7 +103,7 @@ def _write(out: Path, lines: Sequence[str], report: Json, per_layer: dict[str, l
 
 def run_demo(out: Path, *, schemes: tuple[str, ...] = DEMO_SCHEMES,
              prompts: tuple[str, ...] = PROMPTS, continuation: int = CONTINUATION,
-             threshold: float = THRESHOLD, threads: int = 1) -> Json:
+             threshold: float = THRESHOLD, threads: int = 1, bands: int = BANDS) -> Json:
     """Run the demo and write ``report.txt``, ``report.json`` and ``coverage.png`` into ``out``.
 
     The report is also printed.
@@ -111,8 +113,9 @@ def run_demo(out: Path, *, schemes: tuple[str, ...] = DEMO_SCHEMES,
         schemes: registered scheme names, in report order.
         prompts: the prompts, in report order.
         continuation: greedy reference tokens per prompt.
-        threshold: the coverage threshold.
+        threshold: the coverage threshold tau, in ``(0, 1)``.
         threads: torch CPU threads.
+        bands: witness bands per key.
 
     Returns:
         The JSON-ready report (what ``report.json`` holds).
@@ -124,7 +127,7 @@ def run_demo(out: Path, *, schemes: tuple[str, ...] = DEMO_SCHEMES,
         >>> # run_demo(Path("out/demo"), schemes=("int8_token", "dither_int8"))
     """
     settings = DemoSettings(schemes=schemes, prompts=prompts, continuation=continuation,
-                            threshold=threshold, threads=threads)
+                            threshold=threshold, threads=threads, bands=bands)
     torch.set_num_threads(settings.threads)
     t0 = time.perf_counter()
     model, tokenizer = load_smollm2()
@@ -138,12 +141,14 @@ def run_demo(out: Path, *, schemes: tuple[str, ...] = DEMO_SCHEMES,
         lines += m.lines
     rows = [m.row for m in measured]
     rho = spearman([r.coverage for r in rows], [r.kl for r in rows])
-    lines += table_lines(rows, rho=rho, settings=settings)
+    fp16_bytes = 2.0 * int(model.config.head_dim)
+    lines += table_lines(rows, rho=rho, settings=settings, fp16_bytes=fp16_bytes)
     wall = time.perf_counter() - t0
     lines.append(wall_line(wall))
     per_layer = {m.row.scheme: m.per_layer for m in measured}
     report = report_json(settings, requests=[r for m in measured for r in m.requests],
-                         rows=rows, rho=rho, per_layer=per_layer, wall_s=wall)
+                         rows=rows, rho=rho, per_layer=per_layer, wall_s=wall,
+                         fp16_bytes=fp16_bytes)
     _write(out, lines, report, per_layer, settings.threshold)
     print("\n".join(lines))
     return report

@@ -2,8 +2,8 @@
 
 Main declarations
 -----------------
-- :data:`PROMPTS`, :data:`DEMO_SCHEMES`, :data:`THRESHOLD`, :data:`CONTINUATION`,
-  :data:`DELTA_REQ`: the defaults.
+- :data:`PROMPTS`, :data:`DEMO_SCHEMES`, :data:`OPERATING_POINT`, :data:`THRESHOLD`,
+  :data:`CONTINUATION`, :data:`DELTA_REQ`, :data:`BANDS`: the defaults.
 - :class:`DemoSettings`: one run's settings, checked once at construction.
 """
 
@@ -16,20 +16,26 @@ from witcert_adapters.schemes import get_scheme
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.validation import positive_int, real
 
-__all__ = ["CONTINUATION", "DELTA_REQ", "DEMO_SCHEMES", "MODEL_NAME", "MODEL_TITLE", "PROMPTS",
-           "THRESHOLD", "DemoSettings"]
+__all__ = ["BANDS", "CONTINUATION", "DELTA_REQ", "DEMO_SCHEMES", "MODEL_NAME", "MODEL_TITLE",
+           "OPERATING_POINT", "PROMPTS", "THRESHOLD", "DemoSettings"]
 
 PROMPTS: Final = (
     "The capital of France is",
     "def fibonacci(n):",
     "Water boils at a temperature of",
 )
+OPERATING_POINT: Final = "dither_int8_g32_m4"
+"""The certified operating point the demo shows beside the raw schemes: dithered int8 keys with
+32-channel fp16 group scales and 4 exact fp16 outlier RoPE pairs per (layer, kv head)."""
 DEMO_SCHEMES: Final = (
-    "int8_token", "dither_int8", "fp8_e4m3_scaled", "fp8_e4m3", "fp8_e5m2_scaled", "int4_g32",
-    "kivi2_g32",
+    "int8_token", "int8_g32", "dither_int8", "dither_int8_g32_m0", "dither_int8_g32_m2",
+    OPERATING_POINT, "dither_int8_g16_m4", "fp8_e4m3_scaled", "fp8_e4m3", "fp8_e5m2_scaled",
+    "int4_g32", "kivi2_g32",
 )
-THRESHOLD: Final = 0.1
-"""A cell is covered when its reported meter is at most this."""
+THRESHOLD: Final = 0.2
+"""A cell is covered when its reported meter is at most this (the customary tau)."""
+BANDS: Final = 4
+"""Witness bands per key (contiguous runs of RoPE pairs)."""
 CONTINUATION: Final = 9
 """Greedy reference tokens per prompt (the last one is never fed back: ``CONTINUATION - 1``
 teacher-forced decode steps)."""
@@ -48,8 +54,9 @@ class DemoSettings:
         schemes: registered scheme names, in report order.
         prompts: the prompts, in report order.
         continuation: greedy reference tokens per prompt (at least 2).
-        threshold: the coverage threshold in ``[0, 1]``.
+        threshold: the coverage threshold tau, in ``(0, 1)``.
         threads: torch CPU threads.
+        bands: witness bands per key.
 
     Raises:
         InvalidValueError: an unknown scheme, no scheme or prompt, or a value out of range.
@@ -64,6 +71,7 @@ class DemoSettings:
     continuation: int = CONTINUATION
     threshold: float = THRESHOLD
     threads: int = 1
+    bands: int = BANDS
 
     def __post_init__(self) -> None:
         if not self.schemes:
@@ -73,8 +81,9 @@ class DemoSettings:
         for name in self.schemes:
             get_scheme(name)
         positive_int("continuation", self.continuation, minimum=2)
-        real("threshold", self.threshold, lo=0.0, hi=1.0)
+        real("threshold", self.threshold, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
         positive_int("threads", self.threads)
+        positive_int("bands", self.bands)
 
     @property
     def decode_steps(self) -> int:

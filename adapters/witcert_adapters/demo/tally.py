@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from witcert_adapters.demo.replay import RequestResult
+from witcert_adapters.schemes import get_scheme
 from witcert_calculus.errors import InvalidValueError
 
 __all__ = ["SchemeRow", "SchemeTally"]
@@ -40,6 +41,19 @@ class SchemeRow:
         tier_b_violations: audited cells whose true TV exceeded the Tier-B bound.
         tier_b_delta_loc: the largest per-cell failure probability used.
         tier_b_spent: the ledger's spend per request (exact, as text), e.g. ``"9/1000"``.
+        tier_b_fixed_coverage: the Tier-B coverage at the fixed-horizon allocation
+            ``delta_req / (L H T)`` (for comparison with the anytime-valid one).
+        key_bytes: stored bytes per key per token per kv head: measured from the stored
+            tensors for a dithered store (codes, scales, outlier values, pair indices),
+            the scheme's format otherwise.
+        key_bytes_measured: whether :attr:`key_bytes` was measured from stored tensors.
+        output_coverage: decode-step cells whose output bound over ``max ||v||`` is at most
+            the threshold.
+        joint_coverage: decode-step cells where both the TV meter and the relative output
+            bound are at most the threshold (counted cell by cell, not from the marginals).
+        pair_token_overlap / pair_final_overlap: with outlier pairs, how stable the prefill
+            choice was: the mean fraction of each later token's own top-``m`` pairs among the
+            fixed ones, and of the top-``m`` pairs over all tokens that are the fixed ones.
     """
 
     scheme: str
@@ -53,6 +67,13 @@ class SchemeRow:
     tier_b_violations: int | None = None
     tier_b_delta_loc: float | None = None
     tier_b_spent: str | None = None
+    tier_b_fixed_coverage: float | None = None
+    key_bytes: float = 0.0
+    key_bytes_measured: bool = False
+    output_coverage: float | None = None
+    joint_coverage: float | None = None
+    pair_token_overlap: float | None = None
+    pair_final_overlap: float | None = None
 
 
 def _strings() -> list[str]:
@@ -79,6 +100,11 @@ class SchemeTally:
         b_hits / b_cells / b_violations / b_delta_loc: the same for the Tier-B bound, and
             the largest per-cell failure probability used.
         b_spent: per request with Tier-B events, the ledger's spend (exact, as text).
+        b_fixed_hits: Tier-B hits at the fixed-horizon allocation.
+        out_hits / joint_hits / out_cells: decode-step cells with the relative output bound
+            at or below the threshold, with both it and the meter, and all such cells.
+        store_bytes / overlaps: per layer and request, a dithered store's measured bytes
+            and its outlier pairs' ``(token, final)`` overlaps.
         verdicts: per request, ``"accepted"`` or ``"rejected at <stage>"``.
     """
 
@@ -94,6 +120,13 @@ class SchemeTally:
     b_violations: int = 0
     b_delta_loc: float = 0.0
     b_spent: list[str] = field(default_factory=_strings)
+    b_fixed_hits: int = 0
+    out_hits: int = 0
+    joint_hits: int = 0
+    out_cells: int = 0
+    store_bytes: list[float] = field(default_factory=_floats)
+    token_overlaps: list[float] = field(default_factory=_floats)
+    final_overlaps: list[float] = field(default_factory=_floats)
     verdicts: list[str] = field(default_factory=_strings)
 
     @classmethod
@@ -124,12 +157,28 @@ class SchemeTally:
             tv = rec.audit.true_tv
             self.max_true_tv = max(self.max_true_tv, float(tv.max()))
             self.violations += int((tv > run.reported(layer)).sum())
+            rel = run.read(layer).relative_output()
+            if rel is not None:
+                out_ok = rel[..., sel] <= threshold
+                self.out_hits += int(out_ok.sum())
+                self.joint_hits += int((out_ok & (rep <= threshold)).sum())
+                self.out_cells += int(out_ok.size)
             if rec.tier_b is not None:
                 rep_b = rec.tier_b.reported()
                 self.b_hits += int((rep_b[..., sel] <= threshold).sum())
                 self.b_cells += int(rep_b[..., sel].size)
                 self.b_violations += int((tv > rep_b).sum())
                 self.b_delta_loc = max(self.b_delta_loc, float(rec.tier_b.delta_loc.max()))
+                fixed = rec.tier_b.fixed_meter
+                if fixed is not None:
+                    self.b_fixed_hits += int((np.minimum(1.0, fixed[..., sel]) <= threshold).sum())
+            store = None if rec.write is None else rec.write.store
+            if store is not None:
+                self.store_bytes.append(store.key_bytes)
+                if store.token_overlap is not None:
+                    self.token_overlaps.append(store.token_overlap)
+                if store.final_overlap is not None:
+                    self.final_overlaps.append(store.final_overlap)
         if run.tier_b_events:
             self.b_spent.append(str(result.ledger.spent))
 
@@ -138,15 +187,28 @@ class SchemeTally:
         out: list[float] = (self.hits / self.cells).tolist()
         return out
 
-    def row(self) -> SchemeRow:
-        """The scheme's row of the measured table."""
+    def row(self, *, head_dim: int) -> SchemeRow:
+        """The scheme's row of the measured table (``head_dim`` sizes a format's key bytes)."""
         gate = "accepted" if all(v == "accepted" for v in self.verdicts) else \
             "; ".join(sorted(set(self.verdicts)))
         tier_b = self.b_cells > 0
+        measured = bool(self.store_bytes)
+        key_bytes = float(np.mean(self.store_bytes)) if measured else \
+            get_scheme(self.scheme).key_bytes(head_dim)
+        out = self.out_cells > 0
         return SchemeRow(self.scheme, float(self.hits.sum() / self.cells.sum()),
                          float(np.mean(self.kl)), float(np.mean(self.top1)), self.max_true_tv,
                          self.violations, gate,
                          tier_b_coverage=self.b_hits / self.b_cells if tier_b else None,
                          tier_b_violations=self.b_violations if tier_b else None,
                          tier_b_delta_loc=self.b_delta_loc if tier_b else None,
-                         tier_b_spent=", ".join(sorted(set(self.b_spent))) if tier_b else None)
+                         tier_b_spent=", ".join(sorted(set(self.b_spent))) if tier_b else None,
+                         tier_b_fixed_coverage=self.b_fixed_hits / self.b_cells if tier_b
+                         else None,
+                         key_bytes=key_bytes, key_bytes_measured=measured,
+                         output_coverage=self.out_hits / self.out_cells if out else None,
+                         joint_coverage=self.joint_hits / self.out_cells if out else None,
+                         pair_token_overlap=float(np.mean(self.token_overlaps))
+                         if self.token_overlaps else None,
+                         pair_final_overlap=float(np.mean(self.final_overlaps))
+                         if self.final_overlaps else None)
