@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, Final, final
 
 import torch
 
@@ -43,7 +43,14 @@ from witcert_adapters.runs import MemoryKind
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.witness import RopeLayout
 
-__all__ = ["ArchSpec", "LogitPart", "architectures", "register_architecture", "spec_for"]
+__all__ = ["DENSE_BANDS", "ArchSpec", "LogitPart", "architectures", "register_architecture",
+           "spec_for"]
+
+DENSE_BANDS: Final = 8
+"""Witness bands of a dense model's keys (a ``Probe``'s ``bands=`` overrides it), chosen by
+measurement (``scripts/measure_bands.py`` prints the demo's Tier-A coverage per band count):
+coverage keeps rising with more bands, and each band stores one float32 per token and kv
+head; 8 bands keep the witness side buffer at a quarter of an fp16 key of 64 channels."""
 
 
 @final
@@ -191,7 +198,7 @@ def _kimi_linear_queries(module: Any, hidden: torch.Tensor, pos: Any) -> tuple[t
     return q_abs, q_rot
 
 
-def _dense_spec(model_type: str, bands: int = 4) -> ArchSpec:
+def _dense_spec(model_type: str, bands: int = DENSE_BANDS) -> ArchSpec:
     return ArchSpec(model_type, MemoryKind.DENSE,
                     (LogitPart(0, bands, RopeLayout.HALF_SPLIT),), _dense_queries, 1)
 

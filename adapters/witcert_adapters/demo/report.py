@@ -6,7 +6,7 @@ what the README excerpt is cut from, so its format is part of the demo's output.
 
 Main declarations
 -----------------
-- Text: :func:`header_lines`, :func:`request_lines`, :func:`tier_b_line`,
+- Text: :func:`header_lines`, :func:`request_lines`, :func:`output_line`, :func:`tier_b_line`,
   :func:`page_in_line`, :func:`table_lines`, :func:`wall_line`.
 - JSON: :data:`Json`, :func:`request_json`, :func:`scheme_json`, :func:`report_json`.
 """
@@ -26,7 +26,7 @@ from witcert_adapters.hf import LiveRun
 from witcert_adapters.readings import coverage
 from witcert_calculus import block_summary, page_in_order
 
-__all__ = ["Json", "header_lines", "page_in_line", "report_json", "request_json",
+__all__ = ["Json", "header_lines", "output_line", "page_in_line", "report_json", "request_json",
            "request_lines", "scheme_json", "table_lines", "tier_b_line", "wall_line"]
 
 Json: TypeAlias = "dict[str, Json] | list[Json] | str | int | float | bool | None"
@@ -96,6 +96,32 @@ def tier_b_line(run: LiveRun, plen: int, threshold: float) -> str:
             f"worst Tier-B cell {min(1.0, worst):.4f}")
 
 
+def output_line(run: LiveRun, plen: int, threshold: float) -> str | None:
+    """The value side next to TV (decode steps): the output bound ``||y - y^|| <= 2 TV max||v||
+    + sum p~ rho_v`` over ``max ||v||``, its coverage, its joint coverage with the TV meter
+    (counted cell by cell) and its worst audited true/bound ratio; ``None`` without values."""
+    cells = hits = joint = 0
+    worst = ratio = 0.0
+    for layer in run.layers:
+        read = run.read(layer)
+        rel = read.relative_output()
+        audit = run.records[layer].audit
+        if rel is None or read.out_bound is None:
+            return None
+        sel = read.positions >= plen
+        ok = rel[..., sel] <= threshold
+        cells += ok.size
+        hits += int(ok.sum())
+        joint += int((ok & (read.reported()[..., sel] <= threshold)).sum())
+        worst = max(worst, float(rel[..., sel].max()))
+        if audit is not None and audit.true_out is not None:
+            bound = np.maximum(read.out_bound, 1e-300)
+            ratio = max(ratio, float((audit.true_out / bound).max()))
+    return (f"  output bound / max||v|| (decode steps): coverage {hits / cells:.3f}, joint with "
+            f"the TV meter {joint / cells:.3f}; worst {worst:.4f}; largest audited "
+            f"true/bound ratio {ratio:.3g}")
+
+
 def _layer_cells(result: RequestResult) -> list[str]:
     cells: list[str] = []
     for lr in result.readings:
@@ -119,6 +145,9 @@ def request_lines(result: RequestResult, *, threshold: float, page_in: str) -> l
              "  per layer: worst-cell meter [tier] (head, position) | coarse chain bound [tier]"]
     cells = _layer_cells(result)
     lines += ["    " + "   ".join(cells[i:i + 3]) for i in range(0, len(cells), 3)]
+    out = output_line(run, ref.prompt_len, threshold)
+    if out is not None:
+        lines.append(out)
     if run.tier_b_events:
         lines.append(tier_b_line(run, ref.prompt_len, threshold))
     lines += [f"  ledger: verdict {lv.tier.name}, spent {lv.spent} of {lv.delta_req} "

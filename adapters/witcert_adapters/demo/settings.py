@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, final
 
+from witcert_adapters.architectures import DENSE_BANDS
 from witcert_adapters.schemes import get_scheme
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.validation import positive_int, real
@@ -34,8 +35,8 @@ DEMO_SCHEMES: Final = (
 )
 THRESHOLD: Final = 0.2
 """A cell is covered when its reported meter is at most this (the customary tau)."""
-BANDS: Final = 4
-"""Witness bands per key (contiguous runs of RoPE pairs)."""
+BANDS: Final = DENSE_BANDS
+"""Witness bands per key (contiguous runs of RoPE pairs): the dense layouts' default."""
 CONTINUATION: Final = 9
 """Greedy reference tokens per prompt (the last one is never fed back: ``CONTINUATION - 1``
 teacher-forced decode steps)."""
