@@ -188,6 +188,26 @@ def test_meter_equals_the_librarys_per_row_meter_and_is_sound() -> None:
     assert m.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND) is not None
 
 
+def test_a_row_that_sees_one_token_meters_zero() -> None:
+    """A request's first prompt token attends to itself alone: TV is exactly 0 whatever its
+    witness (Lean WitCert.Meters.tv_single_token), and the other rows keep their meter."""
+    from witcert_calculus.theorems import TV_SINGLE_TOKEN
+    from witcert_calculus.tiers import theorems_of
+
+    eng = _Engine(CacheFormat.FP8_E4M3)
+    lay = _layout([1, 4], [21, 4], [[2, 5], [1, 0]])  # request 1 prefills positions 0..3
+    eng.write([2 * BS + p for p in range(20)])
+    eng.write(lay.row_slot.tolist())
+    queries = torch.randn(eng.layers, lay.rows, H, D, generator=eng.gen).to(torch.bfloat16)
+    m = _meter(eng, lay, queries, understate=1e3)  # witnesses so large every other row saturates
+    first = [t for t in range(lay.rows) if int(lay.row_position[t]) == 0]
+    assert len(first) == 1
+    assert bool((m.meter[:, first[0]] == 0).all())
+    others = [t for t in range(lay.rows) if t != first[0]]
+    assert bool((m.meter[:, others] > 1).all())
+    assert TV_SINGLE_TOKEN in theorems_of(m.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND))
+
+
 def test_the_cheap_form_needs_no_keys_and_is_sound() -> None:
     eng = _Engine(CacheFormat.FP8_E4M3)
     lay, queries = _mixed_step(eng)

@@ -135,7 +135,9 @@ def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor | 
     else:
         if p_tilde is None:
             raise InvalidValueError("keys", None, "the meter form needs the stored keys")
-        bounds = tv_bounds_batch(p_tilde, c, check=False)
+        # a row that sees one token has TV exactly 0 (Lean WitCert.Meters.tv_single_token)
+        visible = causal.sum(dim=-1).view(rows, 1, 1)
+        bounds = tv_bounds_batch(p_tilde, c, check=False, visible=visible)
         raw, basis = bounds.meter, bounds.basis
         theorems = (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
     meter = raw.reshape(n_layers, rows, heads)
