@@ -1,4 +1,4 @@
-"""Torch references (and, later, Triton kernels) for witcert-calculus meters (extra ``kernels``).
+"""Torch references and Triton kernels for witcert-calculus meters (extra ``kernels``).
 
 One torch implementation per formula of the numpy library, with its names, constants,
 :class:`~witcert_calculus.witness.RopeLayout` and outward-rounding margins
@@ -12,4 +12,7 @@ Main declarations:
   to :mod:`witcert_calculus.dither` (noise stream, scales, codes, values), and the Tier-B
   per-token logit bound.
 - :mod:`witcert_kernels.rounding`: the outward-rounding rule on tensors.
+- :mod:`witcert_kernels.triton_witness`: the witness write as a Triton kernel, bit-identical
+  to :func:`witcert_kernels.meter.band_norms` of the residual rounded up to float32 (imports
+  triton; on CPU tensors it runs in Triton's interpreter, ``TRITON_INTERPRET=1``).
 """
