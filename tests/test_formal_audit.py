@@ -1,0 +1,279 @@
+"""The source audit of ``formal/`` (``scripts/lean_audit.py``) and the theorem cross-check.
+
+Each banned construct is planted in a scratch copy of ``formal/`` and must fail the audit with a
+message naming the construct and ``file:line``; the real tree must pass, fast and without Lean.
+Theorem discovery must survive sections, nested namespaces and modifiers, and must agree with
+what Lean itself exported and compiled.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FORMAL = ROOT / "formal"
+BUILD = FORMAL / "build"
+sys.path.insert(0, str(ROOT / "scripts"))
+lean_audit: Any = importlib.import_module("lean_audit")
+lean_driver: Any = importlib.import_module("lean_driver")
+
+PLANT_IN = Path("WitCert") / "Tiers.lean"
+
+
+def _scratch(tmp_path: Path) -> Path:
+    """A copy of formal/'s sources (no build outputs)."""
+    copy = tmp_path / "formal"
+    shutil.copytree(FORMAL, copy, ignore=shutil.ignore_patterns("build", ".lake"))
+    return copy
+
+
+def _plant(formal: Path, snippet: str, where: Path = PLANT_IN) -> tuple[Path, int]:
+    """Append the snippet to a file of the copy; return the file and the snippet's first line."""
+    f = formal / where
+    text = f.read_text(encoding="utf-8")
+    if not text.endswith("\n"):
+        text += "\n"
+    line = text.count("\n") + 2
+    f.write_text(text + "\n" + snippet + "\n", encoding="utf-8")
+    return f, line
+
+
+# ----------------------------------------------------------------------------- the real tree
+
+
+def test_the_real_tree_passes_fast_without_lean() -> None:
+    t0 = time.monotonic()
+    assert lean_audit.audit_tree(FORMAL) == []
+    assert lean_audit.main(["--no-crosscheck"]) == 0
+    assert lean_audit.main([]) == 0  # with the cross-checks against the exports and .olean files
+    assert time.monotonic() - t0 < 10
+
+
+def test_the_real_tree_uses_what_stays_allowed() -> None:
+    """The audit must not ban what the development uses: golden tests and kernel decisions."""
+    code = {f.name: lean_audit.strip_comments(f.read_text(encoding="utf-8"))
+            for f in lean_audit.lean_files(FORMAL)}
+    assert "#guard_msgs" in code["Contracts.lean"]
+    assert "decide +kernel" in code["GeneratedChecks.lean"]
+    assert "import Lean" in code["AxiomAudit.lean"]  # the official-toolchain audit program
+
+
+def test_the_build_and_the_driver_call_the_audit() -> None:
+    assert lean_driver.audit_sources is lean_audit.audit_sources
+    assert lean_driver.declared_theorems is lean_audit.declared_theorems
+    assert "lean_driver.py" in (ROOT / "scripts" / "lean_build.sh").read_text(encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- planted constructs
+
+PLANTED = [
+    ("theorem planted : 1 = 2 := sorry", "sorry"),
+    ("theorem planted : 1 = 2 := sorryAx _ false", "sorryAx"),
+    ("theorem planted : 1 = 2 := by admit", "admit"),
+    ("axiom planted : False", "axiom"),
+    ("@[simp] private axiom planted : False", "axiom"),
+    ("theorem planted : 10 < 11 := by native_decide", "native_decide"),
+    ("theorem planted : 10 < 11 := by decide +native", "decide +native"),
+    ("theorem planted : 10 < 11 := Lean.ofReduceBool _ _ rfl", "ofReduceBool"),
+    ("theorem planted : 10 < 11 := Lean.ofReduceNat _ _ rfl", "ofReduceNat"),
+    ("theorem planted : True := Lean.trustCompiler ▸ trivial", "trustCompiler"),
+    ("@[implemented_by id] def planted (n : Nat) : Nat := n", "implemented_by"),
+    ("@[extern \"planted\"] def planted (n : Nat) : Nat := n", "extern"),
+    ("unsafe def planted : Nat := 0", "unsafe"),
+    ("opaque planted : Nat", "opaque"),
+    ("set_option debug.skipKernelTC true in\ntheorem planted : 1 = 2 := rfl",
+     "set_option debug.*"),
+    ("set_option debug.skipKernelTC true", "debug.skipKernelTC"),
+    ("set_option allowUnsafeReducibility true", "allowUnsafeReducibility"),
+    ("#exit", "#exit"),
+    ("#eval (pure () : IO Unit)", "#eval"),
+    ("run_cmd pure ()", "run_cmd"),
+    ("run_elab pure ()", "run_elab"),
+    ("run_meta pure ()", "run_meta"),
+    ("elab \"planted\" : command => pure ()", "elab"),
+    ("elab_rules : command | `(planted) => pure ()", "elab_rules"),
+    ("macro \"planted\" : command => `(theorem hidden : True := trivial)", "macro"),
+    ("macro_rules | `(planted) => `(theorem hidden : True := trivial)", "macro_rules"),
+    ("syntax \"planted\" : command", "syntax"),
+    ("declare_syntax_cat planted", "declare_syntax_cat"),
+    ("initialize planted : IO.Ref Nat ← IO.mkRef 0", "initialize"),
+    ("meta def planted : Nat := 0", "meta"),
+    ("def planted := Lean.addDecl", "addDecl"),
+    ("def planted := Lean.addAndCompile", "addAndCompile"),
+    ("def planted := Lean.modifyEnv", "modifyEnv"),
+    ("def planted := Lean.setEnv", "setEnv"),
+    ("open Lean.Elab.Command in\ndef planted := 0", "Lean.Elab"),
+    ("def planted : CommandElabM Unit := pure ()", "CommandElabM"),
+    ("import Lean", "import Lean"),
+]
+
+
+def test_every_rule_is_planted() -> None:
+    assert {c for _, c in PLANTED} >= {r.construct for r in lean_audit.RULES}
+
+
+@pytest.mark.parametrize(("snippet", "construct"), PLANTED, ids=[c for _, c in PLANTED])
+def test_each_planted_construct_fails_the_audit_by_name_and_line(
+        tmp_path: Path, snippet: str, construct: str) -> None:
+    formal = _scratch(tmp_path)
+    assert lean_audit.audit_tree(formal) == [], "the scratch copy must pass before planting"
+    f, line = _plant(formal, snippet)
+    problems = lean_audit.audit_tree(formal)
+    assert problems, f"`{construct}` was not caught"
+    wanted = f"{f}:{line}: forbidden `{construct}`"
+    assert any(p.startswith(wanted) for p in problems), (wanted, problems)
+    # The command line reports it too, and the build refuses to start (no Lean is run).
+    assert lean_audit.main(["--formal", str(formal), "--no-crosscheck"]) == 1
+    code = lean_driver.main(["--root", str(tmp_path), "--cache", str(tmp_path / "no-cache")])
+    assert code == 1
+
+
+@pytest.mark.parametrize(("snippet", "construct"), [
+    ("def planted := Lean.addDecl", "addDecl"),
+    ("#eval planted", "#eval"),
+    ("import Lean.Elab.Command", "import Lean.Elab.Command"),
+])
+def test_the_audit_program_may_import_lean_but_nothing_else(
+        tmp_path: Path, snippet: str, construct: str) -> None:
+    formal = _scratch(tmp_path)
+    f, line = _plant(formal, snippet, Path("AxiomAudit.lean"))
+    problems = lean_audit.audit_tree(formal)
+    assert any(p.startswith(f"{f}:{line}: forbidden `{construct}`") for p in problems), problems
+    assert not any("`import Lean`" in p for p in problems)
+
+
+def test_allowed_constructs_and_words_in_comments_and_strings_pass(tmp_path: Path) -> None:
+    formal = _scratch(tmp_path)
+    _plant(formal, "\n".join([
+        "/-- error: unknown identifier 'sorry' -/",
+        "#guard_msgs in",
+        "#check (1 : Nat)",
+        "#print WitCert.Tier",
+        "example : 10 < 11 := by decide +kernel",
+        "/-! a nested /- comment naming axiom, macro, #eval, unsafe, opaque -/ -/",
+        "-- set_option debug.skipKernelTC true",
+        "def plantedText := \"sorry, axiom, elab, syntax, import Lean, #exit\"",
+        "def plantedChar := '\"'",
+        "def plantedPrime (opaque' elab' : Nat) : Nat := opaque' + elab'",
+        "theorem planted_meta_name (h_syntax : True) : True := h_syntax",
+        "notation \"⟪\" x \"⟫\" => (x : Nat)",
+        "open WitCert in",
+        "theorem planted_open : True := trivial",
+    ]))
+    assert lean_audit.audit_tree(formal) == []
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+def test_discovery_handles_sections_namespaces_and_modifiers(tmp_path: Path) -> None:
+    formal = tmp_path / "formal"
+    (formal / "Proj").mkdir(parents=True)
+    f = formal / "Proj" / "Deep.lean"
+    f.write_text("\n".join([
+        "module",
+        "namespace Proj",
+        "@[expose] public section",
+        "theorem top : True := trivial",
+        "noncomputable section",
+        "namespace A.B",
+        "@[simp] protected theorem deep : True := trivial",
+        "@[simp] @[reducible] theorem two_attrs : True := trivial",
+        "private theorem hidden : True := trivial",
+        "open Nat in theorem opened : True := trivial",
+        "set_option maxRecDepth 100 in",
+        "theorem after_option : True := trivial",
+        "theorem _root_.Elsewhere.rooted : True := trivial",
+        "theorem _root_.Proj.rooted_back : True := trivial",
+        "end A.B",
+        "section Named",
+        "nonrec theorem in_named : True := trivial",
+        "end Named",
+        "mutual",
+        "theorem in_mutual : True := trivial",
+        "end",
+        "theorem «quoted name» : True := trivial",
+        "end",
+        "namespace C",
+        "/- theorem commented : True := trivial -/",
+        "def s := \"theorem in_string : True\"",
+        "theorem after_string : True := trivial",
+        "end C",
+        "end",
+        "theorem after_sections : True := trivial",
+        "end Proj",
+        "theorem Proj.dotted : True := trivial",
+        "theorem outside : True := trivial",
+        "",
+    ]), encoding="utf-8")
+    found = lean_audit.declared_theorems(formal, [f], "Proj")
+    assert [n for n, _ in found] == [
+        "Proj.top", "Proj.A.B.deep", "Proj.A.B.two_attrs", "Proj.A.B.opened",
+        "Proj.A.B.after_option", "Proj.rooted_back", "Proj.in_named", "Proj.in_mutual",
+        "Proj.«quoted name»", "Proj.C.after_string", "Proj.after_sections", "Proj.dotted"]
+    assert {m for _, m in found} == {"Proj.Deep"}
+
+
+def _current_build() -> bool:
+    return bool(lean_audit.build_is_current(FORMAL))
+
+
+def test_discovery_agrees_with_the_exports() -> None:
+    """The regex's list is exactly the names in the shipped export and the build's export."""
+    exports = [ROOT / "witcert_calculus" / "lean_export.json", BUILD / "theorems.json"]
+    if not exports[1].exists():
+        pytest.fail(f"{exports[1]} is missing: run scripts/lean_build.sh before the tests")
+    assert lean_audit.crosscheck(FORMAL, exports=exports) == []
+
+
+def test_discovery_agrees_with_what_lean_compiled() -> None:
+    """Lean's own list: the user-written theorems stored in the compiled .olean files."""
+    if not _current_build():
+        pytest.fail("formal/build is missing or stale: run scripts/lean_build.sh")
+    assert lean_audit.crosscheck(FORMAL, olean_dir=BUILD / "olean") == []
+    kinds = dict((n, k) for k, n in lean_audit.olean_constants(
+        BUILD / "olean" / "WitCert" / "Tiers.olean"))
+    assert kinds["WitCert.Tier.weakest_comm"] == "theorem"
+    assert kinds["WitCert.Tier.weakest"] == "def"
+    assert kinds["WitCert.Tier"] == "inductive"
+    assert kinds["WitCert.Tier.decideTier.eq_1"] == "theorem"  # generated, set aside
+    assert lean_audit.is_generated("WitCert.Tier.decideTier.eq_1")
+    assert not lean_audit.is_generated("WitCert.Tier.weakest_comm")
+
+
+def test_a_disagreement_is_reported_by_name(tmp_path: Path) -> None:
+    shipped = json.loads((ROOT / "witcert_calculus" / "lean_export.json").read_text("utf-8"))
+    dropped = shipped["theorems"].pop()["name"]
+    shipped["theorems"].append({"name": "WitCert.Ghost.made_by_a_macro", "module": "X",
+                                "statement": "True"})
+    fake = tmp_path / "export.json"
+    fake.write_text(json.dumps(shipped), encoding="utf-8")
+    problems = lean_audit.crosscheck(FORMAL, exports=[fake])
+    text = "\n".join(problems)
+    assert dropped in text and "not in " + str(fake) in text
+    assert "WitCert.Ghost.made_by_a_macro" in text and "not found in the sources" in text
+
+
+def test_a_theorem_hidden_from_the_regex_is_caught_by_lean(tmp_path: Path) -> None:
+    """Drop one theorem from the discovered list: Lean's compiled list still holds it."""
+    if not _current_build():
+        pytest.fail("formal/build is missing or stale: run scripts/lean_build.sh")
+    formal = _scratch(tmp_path)
+    f = formal / PLANT_IN
+    text = f.read_text(encoding="utf-8")
+    hidden = re.sub(r"^theorem weakest_comm\b", "private theorem weakest_comm", text,
+                    count=1, flags=re.MULTILINE)
+    assert hidden != text
+    f.write_text(hidden, encoding="utf-8")
+    problems = lean_audit.crosscheck(formal, olean_dir=BUILD / "olean")
+    assert any("WitCert.Tier.weakest_comm" in p and "not found in the sources" in p
+               for p in problems), problems
