@@ -9,13 +9,27 @@ Write time (``WitnessCache.update``): the registered scheme compresses the new e
 the model reads the compressed ones. The cache records, per token and kv head, band
 witnesses ``w_{t,b} = ||(k_hat - k)_b||`` of every slot that enters the logits (rounded
 up to float32), and for dense memories the value residual ``rho_t`` and exact value norm.
+Only ``k_hat``/``v_hat`` are produced inside the layer: a dithered store takes its noise from
+one Philox call per forward (every layer's, at the forward's positions, drawn at its first
+write) and keeps each layer's exact-channel mask; its checks on tensor contents (finite
+keys, no float16 overflow, no clipped code) are, in a probe's cache, 0-d device booleans
+that :meth:`WitnessCache.verify` reads once per forward (a failure reruns that layer's
+quantization with eager checks, which raises the typed error naming the value). A probe's
+cache also holds the record-only norms until :meth:`WitnessCache.record_writes` computes
+those of every layer stacked (a long prefill's write is recorded at once).
 
 Read time (hooks on each attention module): the pre-hook recomputes the layer's
 post-RoPE queries from its own projections and rotary tables; the forward hook takes the
 attention probabilities ``p_tilde`` the layer actually used (eager attention returns
-them) and evaluates the Tier-A meter for every (layer, head, query position) cell. With
-``audit=True`` the exact keys are kept as well and the true TV against exact attention is
-computed in float64 for every cell (used by the acceptance gate's soundness stage).
+them). For a decode-sized call it only stashes them; at the end of the model's forward the
+probe evaluates the Tier-A meter (and Tier B, and the output bound) for every (layer, head,
+query position) cell of all stashed calls at once, the layers stacked on a leading axis
+(one group per shape), and splits the results into each layer's step records. A call past
+an element budget (a long prefill) is metered in its own hook, as is every call with
+``audit=True``: then the exact keys are kept as well and the true TV against exact
+attention is computed in float64 for every cell (used by the acceptance gate's soundness
+stage). Both paths evaluate the same functions; the stacked one differs only in float
+summation order (an ulp, far inside the outward-rounding margins).
 
 Tier B (probabilistic), for a scheme with a dithered key store (``dither_int8``,
 ``dither_int8_g32_m4``, ...): the cache also records each token's float16 block scales
@@ -41,7 +55,9 @@ streams); the deterministic Tier-A meter is the adaptive-safe one and is always 
 next to it.
 
 No per-layer host synchronisation: results stay as tensors until :meth:`Probe.result`
-(Tier B syncs once per forward call, to admit the forward's reading).
+(per forward call, one sync reads the write checks and Tier B one more, to admit the
+forward's reading). The bases of the stacked layers' TV bounds are shared: their computed
+premises cover the whole group, so a failed premise refuses every layer of the group.
 
 Records: every write and every metered call appends one frozen step record
 (:class:`WriteStep`, :class:`ReadStep`, :class:`TierBStep`, :class:`AuditStep`) to the
@@ -66,6 +82,7 @@ from collections.abc import Callable, Generator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import partial
 from typing import Any, TypeAlias, final
 
 import torch
@@ -93,8 +110,9 @@ from witcert_calculus.records import Admission
 from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.tv_forms import TVBasis, TVBatch
 from witcert_calculus.validation import positive_int
-from witcert_calculus.witness import LogitBound, RopeLayout
-from witcert_kernels.dither import pair_energy, tier_b_logit_bound
+from witcert_calculus.witness import LogitBound
+from witcert_kernels.dither import DitherEncoding, dither_noise_layers, \
+    exact_channels, pair_energy, tier_b_logit_bound
 from witcert_kernels.meter import (
     band_norms,
     l2_norm,
@@ -110,6 +128,17 @@ __all__ = ["AuditStep", "LayerLog", "LiveRun", "Probe", "ReadStep", "TierBEvent"
 
 PreHook: TypeAlias = Callable[[Any, tuple[Any, ...], dict[str, Any]], None]
 PostHook: TypeAlias = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
+
+#: Attention-probability elements (one layer's, times the layers) up to which a call's meter
+#: waits for the end of the forward, to run stacked with the other layers' (decode steps);
+#: a larger call (a long prefill) is metered in its own hook.
+_STASH_BUDGET = 1 << 22
+
+#: Entry elements of one write (one layer's, times the layers) up to which the forward's dither
+#: noise is drawn once for every layer (float64: 16 MiB) and a deferring cache's record-only
+#: norms wait to run stacked over layers; a larger write (a long prefill, not dispatch bound)
+#: draws its own noise and is recorded at once.
+_WRITE_BUDGET = 1 << 21
 
 
 def _cat(xs: list[torch.Tensor], dim: int) -> torch.Tensor:
@@ -173,7 +202,8 @@ class ReadStep:
         value_scale: with ``out_bound``, the ``max_t ||v_t||`` it scales with ``[B, H, Q]``
             (the output bound relative to it is comparable with a TV threshold).
         basis: what the call's TV bounds rest on (:class:`~witcert_calculus.tv_forms.TVBasis`:
-            the logit bound's evidence and the premises computed from the call's inputs).
+            the logit bound's evidence and the premises computed from the call's inputs; one
+            basis shared by the layers metered together, stacked, at the end of a forward).
     """
 
     rows: int
@@ -401,16 +431,96 @@ class WitnessCache(DynamicCache):
             (the adapter switched off).
         request_id: keys the dither stream of randomised schemes.
         audit: keep exact entries too (needed for the soundness stage of the gate).
+        defer: hold a small write's record-only norms (band witnesses, residual, value and
+            cast norms) until :meth:`record_writes`, which computes those of all held writes
+            stacked over layers, and a dithered write's content checks until :meth:`verify`
+            (the probe calls both at the end of each forward). ``False``: each write is
+            recorded and checked in its ``update`` (e.g. a subclass that reads its log there).
     """
 
     def __init__(self, *, config: Any, spec: ArchSpec | None, scheme: Scheme | None,
-                 request_id: int = 0, audit: bool = False) -> None:
+                 request_id: int = 0, audit: bool = False, defer: bool = False) -> None:
         super().__init__(config=config)
+        self.defer = defer
+        self._unrecorded: list[_Unrecorded] = []
         self.spec = spec
         self.scheme = scheme
         self.request_id = request_id
         self.audit = audit
         self.logs: dict[int, LayerLog] = {}
+        self._layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+        self._noise_key: tuple[int, int, int, int] | None = None
+        self._noise_all: torch.Tensor | None = None
+        self._deferred: list[tuple[int, torch.Tensor, Callable[[], DitherEncoding]]] = []
+
+    def verify(self) -> None:
+        """Read the deferred content checks of the dithered writes so far in one host sync.
+
+        Raises:
+            InvalidValueError: the typed error of the first write whose keys are not finite
+                or whose store overflowed or clipped (its quantization rerun with eager checks).
+        """
+        pending, self._deferred = self._deferred, []
+        if not pending or bool(torch.stack([ok for _, ok, _ in pending]).all()):
+            return
+        for layer, ok, quantize in pending:
+            if not bool(ok):
+                quantize()  # raises the check's typed error, naming the value
+                raise InvalidValueError("dithered store", f"layer {layer}",
+                                        "failed a deferred content check")
+
+    def _verify_before(self, layer: int) -> None:
+        # A layer writing again starts a new forward: read the previous forward's checks now
+        # if no probe did at its end.
+        if any(pending == layer for pending, _, _ in self._deferred):
+            self.verify()
+
+    def _noise(self, layer: int, start: int, keys: torch.Tensor) -> torch.Tensor | None:
+        # The dither of every layer at this write's positions, drawn at the forward's first
+        # dithered write in one Philox call and sliced per layer; None (the layer draws its
+        # own) past the element budget (a long prefill) or outside the config's layers.
+        _, kv_heads, tokens, head_dim = (int(n) for n in keys.shape)
+        key = (start, tokens, kv_heads, head_dim)
+        if layer >= self._layers or self._layers * kv_heads * tokens * head_dim > _WRITE_BUDGET:
+            return None
+        if self._noise_key != key or self._noise_all is None:
+            self._noise_all = dither_noise_layers(
+                request=self.request_id, layers=range(self._layers), kv_heads=kv_heads,
+                tokens=torch.arange(start, start + tokens), head_dim=head_dim)
+            self._noise_key = key
+        return self._noise_all[layer]
+
+    def record_writes(self) -> None:
+        """Record every held write (see ``defer``): its norms computed stacked over layers."""
+        pending, self._unrecorded = self._unrecorded, []
+        spec = self.spec
+        if not pending or spec is None:
+            return
+        groups: dict[tuple[object, ...], list[_Unrecorded]] = {}
+        for u in pending:
+            key = tuple(None if t is None else tuple(t.shape)
+                        for t in (*u.residuals, u.values, u.cast_res))
+            groups.setdefault(key, []).append(u)
+        for group in groups.values():
+            residuals = [torch.stack([u.residuals[i] for u in group]) for i in range(2)]
+            witnesses = [round_up_f32(band_norms(residuals[part.slot], bands=part.bands,
+                                                 layout=part.layout)).unbind(0)
+                         for part in spec.parts]
+            # Every per-token norm (||k_hat - k|| of the first logit slot, then ||k - x_hat||,
+            # ||v_hat - v||, ||v|| where present) in as few calls as shapes allow.
+            casts = [u.cast_res for u in group if u.cast_res is not None]
+            vals = [u.values for u in group if u.values is not None]
+            rows = [residuals[spec.parts[0].slot]] + ([torch.stack(casts)] if casts else [])
+            if spec.value_slot is not None and vals:
+                rows += [residuals[spec.value_slot], torch.stack(vals)]
+            norms = [n.unbind(0) for n in _norms_up(rows)]
+            full = norms.pop(0)
+            cast = norms.pop(0) if casts else (None,) * len(group)
+            value_res, value_norm = (norms[0], norms[1]) if norms else ((None,) * len(group),) * 2
+            for g, u in enumerate(group):
+                self.log(u.layer).add_write(u.make(
+                    tuple(w[g] for w in witnesses), full[g], value_res=value_res[g],
+                    value_norm=value_norm[g], dither_cast=cast[g]))
 
     def log(self, layer: int) -> LayerLog:
         """Return layer ``layer``'s accumulator, creating it on first use."""
@@ -436,68 +546,104 @@ class WitnessCache(DynamicCache):
         layout = spec.parts[0].layout
         ctx_k, ctx_v = (WriteContext(self.request_id, layer_idx, start, role, layout)
                         for role in (EntryRole.KEY, EntryRole.VALUE))
-        scales = cast = overlap = None
+        scales = overlap = None
+        cast_res: torch.Tensor | None = None
         store_bytes = 0.0
         dithered = self.scheme.dithered
         if dithered is not None:
+            self._verify_before(layer_idx)
             prefill = log.outlier_pairs is None
+            d = int(key_states.shape[-1])
             if log.outlier_pairs is None:  # the prefill fixes the pairs for the request
                 log.outlier_pairs = dithered.select(key_states, ctx_k)
-            enc = self.scheme.encode_keys(key_states, ctx_k, log.outlier_pairs)
+                log.dither_exact = exact_channels(log.outlier_pairs, head_dim=d, layout=layout)
+            # the scheme's store (DitherSpec.encode), with the layer's kept channel mask, the
+            # forward's batched noise and (deferring) its content checks left to verify()
+            quantize = partial(dithered.encode, key_states, ctx_k, log.outlier_pairs,
+                               exact=log.dither_exact)
+            deferred: list[torch.Tensor] | None = [] if self.defer else None
+            enc = quantize(noise=self._noise(layer_idx, start, key_states), deferred=deferred)
+            if deferred is not None:
+                self._deferred.append((layer_idx, deferred[0], quantize))
             scales = enc.scales
-            log.dither_exact = enc.exact
             k_hat = enc.read(key_states.dtype)
             # The model reads the reconstruction rounded to its dtype, outliers from their
             # float16 values; that rounding is not dither noise, so it enters the Tier-B
             # bound as a deterministic witness.
-            cast = round_up_f32(l2_norm_upper(k_hat.to(torch.float64) - enc.x_hat))
+            cast_res = k_hat.to(torch.float64) - enc.x_hat
             acc = enc.byte_account()
             log.index_bytes = enc.outlier_pairs.numel() * enc.outlier_pairs.element_size() \
                 / max(1, int(enc.outlier_pairs.shape[0]))
             store_bytes = (acc.total - acc.indices) * key_states.shape[-2]
             if dithered.outlier_pairs:
-                overlap = None if prefill else _pair_overlap(key_states, log.outlier_pairs,
-                                                           layout)
-                energy = pair_energy(key_states, layout=layout).sum(dim=(0, 2))
+                per_token = pair_energy(key_states, layout=layout)  # [B, Hkv, T, d/2]
+                overlap = None if prefill else _pair_overlap(per_token, log.outlier_pairs)
+                energy = per_token.sum(dim=(0, 2))
                 log.pair_energy = energy if log.pair_energy is None else log.pair_energy + energy
             hats = (k_hat, self.scheme(value_states, ctx_v))
         else:
             hats = (self.scheme(key_states, ctx_k), self.scheme(value_states, ctx_v))
-        witnesses: list[torch.Tensor] = []
-        for part in spec.parts:
-            r = hats[part.slot].to(torch.float64) - slots[part.slot].to(torch.float64)
-            witnesses.append(round_up_f32(band_norms(r, bands=part.bands, layout=part.layout)))
-        first = spec.parts[0]
-        r0 = hats[first.slot].to(torch.float64) - slots[first.slot].to(torch.float64)
-        value_res = value_norm = None
-        if spec.value_slot is not None:
-            v, vh = slots[spec.value_slot], hats[spec.value_slot]
-            value_res = round_up_f32(l2_norm_upper(vh.to(torch.float64) - v.to(torch.float64)))
-            value_norm = round_up_f32(l2_norm_upper(v.to(torch.float64)))
-        log.add_write(WriteStep(
-            key_states.shape[-2], tuple(witnesses), round_up_f32(l2_norm_upper(r0)),
-            value_res=value_res, value_norm=value_norm,
+        residuals = (hats[0].to(torch.float64) - slots[0].to(torch.float64),
+                     hats[1].to(torch.float64) - slots[1].to(torch.float64))
+        values = None if spec.value_slot is None else slots[spec.value_slot].to(torch.float64)
+        if any(u.layer == layer_idx for u in self._unrecorded):
+            self.record_writes()  # a new forward: the previous one's writes first
+        self._unrecorded.append(_Unrecorded(layer_idx, residuals, values, cast_res, partial(
+            WriteStep, key_states.shape[-2],
             exact=(key_states.detach(), value_states.detach()) if self.audit else None,
-            dither_scales=scales, dither_cast=cast, store_bytes=store_bytes,
-            pair_overlap=overlap))
+            dither_scales=scales, store_bytes=store_bytes, pair_overlap=overlap)))
+        if not self.defer or self._layers * residuals[0].numel() > _WRITE_BUDGET:
+            self.record_writes()
         return super().update(  # pyright: ignore[reportUnknownMemberType]
             hats[0], hats[1], layer_idx, *args, **kwargs)
 
 
-def _pair_overlap(x: torch.Tensor, pairs: torch.Tensor, layout: RopeLayout) -> torch.Tensor:
-    # Per token, the fraction of its own top-m pairs that are among the fixed pairs [Hkv, m].
+def _pair_overlap(energy: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+    # Per token, the fraction of its own top-m pairs (by its pair energy [B, Hkv, T, d/2])
+    # that are among the fixed pairs [Hkv, m].
     m = int(pairs.shape[-1])
-    own = torch.topk(pair_energy(x, layout=layout), m, dim=-1).indices  # [B, Hkv, T, m]
+    own = torch.topk(energy, m, dim=-1).indices  # [B, Hkv, T, m]
     hit = (own.unsqueeze(-1) == pairs.view(1, pairs.shape[0], 1, 1, m)).any(-1)
     return hit.to(torch.float64).mean(dim=-1)
 
 
-def _expand_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
-    # [B, Hkv, S, ...] -> [B, H, S, ...] (GQA: head h reads kv head h // groups).
-    hkv = x.shape[1]
+def _norms_up(rows: list[torch.Tensor]) -> list[torch.Tensor]:
+    # round_up_f32(l2_norm_upper(x)) of each tensor; one stacked call when all shapes agree.
+    if len({tuple(r.shape) for r in rows}) == 1:
+        return list(round_up_f32(l2_norm_upper(torch.stack(rows))).unbind(0))
+    return [round_up_f32(l2_norm_upper(r)) for r in rows]
+
+
+def _expand_heads(x: torch.Tensor, heads: int, *, dim: int = 1) -> torch.Tensor:
+    # [B, Hkv, S, ...] -> [B, H, S, ...] (GQA: head h reads kv head h // groups); dim=2 for
+    # tensors stacked over a leading layer axis.
+    hkv = x.shape[dim]
     if hkv == heads:
         return x
-    return x.repeat_interleave(heads // hkv, dim=1)
+    return x.repeat_interleave(heads // hkv, dim=dim)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Unrecorded:
+    # One write whose record-only norms are not computed yet: the float64 residuals of both
+    # slots, the exact values (dense), the cast residual (dithered) and the rest of its record.
+    layer: int
+    residuals: tuple[torch.Tensor, torch.Tensor]
+    values: torch.Tensor | None
+    cast_res: torch.Tensor | None
+    make: Callable[..., WriteStep]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Call:
+    # One attention call awaiting its meter: what the layer produced, nothing computed yet.
+    layer: int
+    scale: float
+    queries: tuple[torch.Tensor, ...]
+    start: int
+    p_tilde: torch.Tensor
 
 
 @final
@@ -650,6 +796,7 @@ class Probe:
         self.audit = audit
         self.cache: WitnessCache | None = None
         self._pending: dict[int, tuple[tuple[torch.Tensor, ...], int]] = {}
+        self._stash: list[_Call] = []
         self._handles: list[RemovableHandle] = []
         self.attention = self._find_attention(model)
         self.ledger = ledger
@@ -671,7 +818,8 @@ class Probe:
         self._events: list[TierBEvent] = []
         if self.tier_b:
             self._handles.append(model.register_forward_pre_hook(self._begin_event))
-            self._handles.append(model.register_forward_hook(self._end_event))
+        if self.scheme is not None:
+            self._handles.append(model.register_forward_hook(self._end_forward))
         if self.scheme is not None:
             for layer, module in self.attention:
                 self._handles.append(module.register_forward_pre_hook(
@@ -699,12 +847,13 @@ class Probe:
         """A fresh :class:`WitnessCache` for one request; the probe reads from it."""
         return self.bind(WitnessCache(config=self.model.config, spec=self.spec,
                                       scheme=self.scheme, request_id=self.request_id,
-                                      audit=self.audit))
+                                      audit=self.audit, defer=True))
 
     def bind(self, cache: WitnessCache) -> WitnessCache:
         """Read from ``cache`` (a fresh one of this request, e.g. a hybrid's shared cache)."""
         self.cache = cache
         self._pending.clear()
+        self._stash = []
         self._events = []
         return cache
 
@@ -722,7 +871,16 @@ class Probe:
         self._event_bases = []
         self._event_rows = 0
 
-    def _end_event(self, module: Any, args: Any, output: Any) -> None:
+    def _end_forward(self, module: Any, args: Any, output: Any) -> None:
+        # The forward's deferred write checks (one host sync), its stashed meters, then its
+        # Tier-B event.
+        if self.cache is not None:
+            self.cache.verify()
+        self._flush()
+        if self.tier_b:
+            self._end_event()
+
+    def _end_event(self) -> None:
         assert self.ledger is not None
         delta = self._event_delta
         self._event_delta = None
@@ -765,21 +923,77 @@ class Probe:
             p_tilde = output[1]
             if p_tilde is None:
                 raise InvalidValueError("attn_weights", None, "the attention returned no probabilities")
-            with torch.no_grad():
-                self._meter(layer, module, queries, start, p_tilde.detach(), cache)
+            call = _Call(layer, float(module.scaling), queries, start, p_tilde.detach())
+            if self.audit or call.p_tilde.numel() * len(self.attention) > _STASH_BUDGET:
+                with torch.no_grad():  # a large prefill (or an audit): metered right here
+                    self._meter([call], cache)
+                return
+            if any(c.layer == layer for c in self._stash):
+                self._flush()  # the previous forward ended without the model's hook
+            self._stash.append(call)
         return post
 
-    def _meter(self, layer: int, module: Any, queries: tuple[torch.Tensor, ...], start: int,
-               p_tilde: torch.Tensor, cache: WitnessCache) -> None:
-        log = cache.log(layer)
-        heads = p_tilde.shape[1]
-        q_len = p_tilde.shape[2]
-        scale = float(module.scaling)
+    def _flush(self) -> None:
+        # Meter the stashed calls, stacked over a leading layer axis per group of equal shapes.
+        stash, self._stash = self._stash, []
+        cache = self.cache
+        if not stash or cache is None:
+            return
+        groups: dict[tuple[object, ...], list[_Call]] = {}
+        for call in stash:
+            log = cache.log(call.layer)
+            key = (call.scale, call.start, tuple(call.p_tilde.shape),
+                   tuple(tuple(q.shape) for q in call.queries),
+                   tuple(tuple(step.witnesses[i].shape[:2]) + (step.witnesses[i].shape[3],)
+                         for step in log.written[:1] for i in range(len(self.spec.parts))),
+                   bool(log.dither_scales))
+            groups.setdefault(key, []).append(call)
+        with torch.no_grad():
+            for calls in groups.values():
+                self._meter(calls, cache)
+
+    def _meter(self, calls: list[_Call], cache: WitnessCache) -> None:
+        # Tier A (and Tier B, audit) of attention calls with equal shapes, scale and start,
+        # evaluated once over a leading layer axis g; one step record per layer. Heads are
+        # split [kv, group] so what a kv head stores broadcasts over its query heads.
+        cache.record_writes()
+        logs = [cache.log(call.layer) for call in calls]
+        first = calls[0]
+        batch, heads, q_len = (int(n) for n in first.p_tilde.shape[:3])
+        g_count = len(calls)
+        scale, start = first.scale, first.start
+        dense = self.spec.value_slot is not None
+        tier_b = self.tier_b and self._event_delta is not None and bool(logs[0].dither_scales)
+        # the kv-head side, stacked [G, B, Hkv, S, ...]
+        kv_side: dict[str, torch.Tensor] = {
+            f"w{i}": torch.stack([log.witnesses(i) for log in logs])
+            for i in range(len(self.spec.parts))}
+        if dense:
+            res, norm = zip(*(log.value_residuals() for log in logs), strict=True)
+            kv_side["rho"], kv_side["vnorm"] = torch.stack(res), torch.stack(norm)
+        if tier_b:
+            kv_side["scales"] = torch.stack([_cat(log.dither_scales, dim=2) for log in logs])
+            kv_side["cast"] = torch.stack([_cat(log.dither_cast, dim=2) for log in logs])
+            masks = [log.dither_exact for log in logs]
+            assert all(m is not None for m in masks), "a dithered write records its exact channels"
+            kv_side["exact"] = torch.stack([m for m in masks if m is not None]).unsqueeze(1)
+        sizes = {int(t.shape[2]) for t in kv_side.values()}
+        kv = sizes.pop() if len(sizes) == 1 else heads  # one kv layout, else every head its own
+        kvs = {k: _expand_heads(t, kv, dim=2).unsqueeze(3) for k, t in kv_side.items()}
+
+        def split(x: torch.Tensor) -> torch.Tensor:  # [G, B, H, ...] -> [G, B, kv, H/kv, ...]
+            return x.reshape(g_count, batch, kv, heads // kv, *x.shape[3:])
+
+        def join(x: torch.Tensor) -> torch.Tensor:  # and back
+            return x.flatten(2, 3)
+
+        queries = [split(torch.stack([call.queries[i] for call in calls]))
+                   for i in range(len(self.spec.parts))]  # [G, B, kv, H/kv, Q, d]
+        p_tilde = split(torch.stack([call.p_tilde for call in calls]))  # [G, B, kv, H/kv, Q, S]
         # c_t >= |eps_t| established from the stored band witnesses and the live queries,
         # one bound per logit part (their sum stays established).
         c_parts: list[LogitBound[torch.Tensor]] = [
-            logit_bound(queries[i], _expand_heads(log.witnesses(i), heads).unsqueeze(2),
-                        scale=scale, layout=part.layout)
+            logit_bound(queries[i], kvs[f"w{i}"].unsqueeze(4), scale=scale, layout=part.layout)
             for i, part in enumerate(self.spec.parts)]
         c = c_parts[0]
         for extra in c_parts[1:]:
@@ -788,39 +1002,46 @@ class Probe:
         visible = torch.arange(start + 1, start + q_len + 1)
         bounds = tv_bounds_batch(p_tilde, c, check=False,  # validated once per run by the gate
                                  visible=visible)
-        if self.tier_b and self._event_delta is not None and log.dither_scales:
-            self._tier_b(log, queries, c_parts, p_tilde, start, scale, heads)
+        if tier_b:
+            self._tier_b(logs, queries, c_parts, p_tilde, kvs, join, start, scale, heads)
         p64 = p_tilde.to(torch.float64)
         p64 = p64 / p64.sum(dim=-1, keepdim=True)
-        out_bound = value_scale = None
-        if self.spec.value_slot is not None:
-            res, norm = log.value_residuals()
-            rho = _expand_heads(res, heads).to(torch.float64)
-            vmax = _expand_heads(norm, heads).to(torch.float64).amax(dim=-1)
-            out_bound = output_error_bound(bounds.meter, value_norm_max=vmax.unsqueeze(-1),
-                                           p_tilde=p64, rho=rho.unsqueeze(-2))
-            value_scale = vmax.unsqueeze(-1).expand_as(out_bound)
-        log.add_read(ReadStep(q_len, bounds.meter, bounds.eform, bounds.two_sided,
-                              c.values.amax(dim=-1), torch.arange(start, start + q_len),
-                              l2_norm_upper(queries[0].to(torch.float64)).amax(), out_bound,
-                              basis=bounds.basis, value_scale=value_scale),
-                     last_p=p_tilde[:, :, -1, :], last_c=c.values[:, :, -1, :])
+        out_bound: tuple[torch.Tensor | None, ...] = (None,) * g_count
+        value_scale: tuple[torch.Tensor | None, ...] = (None,) * g_count
+        if dense:
+            rho = kvs["rho"].to(torch.float64)
+            vmax = kvs["vnorm"].to(torch.float64).amax(dim=-1)
+            out = output_error_bound(bounds.meter, value_norm_max=vmax.unsqueeze(-1),
+                                     p_tilde=p64, rho=rho.unsqueeze(-2))
+            out_bound = join(out).unbind(0)
+            value_scale = join(vmax.unsqueeze(-1).expand_as(out)).unbind(0)
+        positions = torch.arange(start, start + q_len)
+        q_norm = l2_norm_upper(queries[0].to(torch.float64)).flatten(1).amax(dim=-1)
+        for step in zip(logs, join(bounds.meter).unbind(0), join(bounds.eform).unbind(0),
+                        join(bounds.two_sided).unbind(0), join(c.values.amax(dim=-1)).unbind(0),
+                        q_norm.unbind(0), out_bound, value_scale, calls,
+                        join(c.values[..., -1, :]).unbind(0), strict=True):
+            log, meter, eform, two_sided, c_max, qn, ob, vs, call, last_c = step
+            log.add_read(ReadStep(q_len, meter, eform, two_sided, c_max, positions, qn, ob,
+                                  basis=bounds.basis, value_scale=vs),
+                         last_p=call.p_tilde[:, :, -1, :], last_c=last_c)
         if self.audit:
-            self._audit(layer, log, queries, start, cache, scale, heads)
+            for call, log in zip(calls, logs, strict=True):
+                self._audit(call.layer, log, call.queries, start, cache, scale, heads)
 
-    def _tier_b(self, log: LayerLog, queries: tuple[torch.Tensor, ...],
-                c_parts: list[LogitBound[torch.Tensor]], p_tilde: torch.Tensor, start: int,
-                scale: float, heads: int) -> None:
+    def _tier_b(self, logs: list[LayerLog], queries: list[torch.Tensor],
+                c_parts: list[LogitBound[torch.Tensor]], p_tilde: torch.Tensor,
+                kvs: dict[str, torch.Tensor], join: Callable[[torch.Tensor], torch.Tensor],
+                start: int, scale: float, heads: int) -> None:
+        # Tier B of _meter's stacked calls (leading layer axis g, heads split [kv, H/kv]).
         assert self._event_delta is not None
-        q_len = p_tilde.shape[2]
+        q_len = p_tilde.shape[-2]
         rows = heads * q_len
         # delta_loc = delta_i / (L * H * rows), rounded down; the union over this forward's
         # cells (every attention layer, head and query row) is at most delta_i.
         dloc = _float_down(self._event_delta, len(self.attention) * rows)
-        scales = _expand_heads(_cat(log.dither_scales, dim=2), heads)  # [B, H, S, nb] fp16
-        cast = _expand_heads(_cat(log.dither_cast, dim=2), heads)  # [B, H, S]
-        assert log.dither_exact is not None, "a dithered write records its exact channels"
-        exact = _expand_heads(log.dither_exact.unsqueeze(0), heads).unsqueeze(2)  # [1, H, 1, d]
+        scales, cast = kvs["scales"], kvs["cast"]  # [G, B, kv, 1, S, nb] fp16, [G, B, kv, 1, S]
+        exact = kvs["exact"].unsqueeze(4)  # [G, 1, kv, 1, 1, d]
         visible = torch.arange(start + 1, start + q_len + 1)  # S_row, the union bound's S
 
         def meter(delta_loc: float) -> tuple[LogitBound[torch.Tensor], TVBatch[torch.Tensor]]:
@@ -834,12 +1055,14 @@ class Probe:
             return cb, tv_bounds_batch(p_tilde, cb, check=False, visible=visible)
 
         cb, tb = meter(dloc)
-        fixed = None if self._fixed is None else meter(self._fixed)[1].meter
-        log.add_tier_b(TierBStep(tb.meter, torch.full((q_len,), dloc, dtype=torch.float64),
-                                 fixed_meter=fixed),
-                       last_u=cb.values[:, :, -1, :])
-        self._event_max.append(tb.meter.amax())
-        self._event_bases.append(tb.basis)
+        fixed: tuple[torch.Tensor | None, ...] = (None,) * len(logs) if self._fixed is None \
+            else join(meter(self._fixed)[1].meter).unbind(0)
+        dlocs = torch.full((q_len,), dloc, dtype=torch.float64)
+        for log, m, f, last_u in zip(logs, join(tb.meter).unbind(0), fixed,
+                                     join(cb.values[..., -1, :]).unbind(0), strict=True):
+            log.add_tier_b(TierBStep(m, dlocs, fixed_meter=f), last_u=last_u)
+        self._event_max.extend(tb.meter.flatten(1).amax(dim=-1).unbind(0))
+        self._event_bases.extend([tb.basis] * len(logs))
         self._event_rows = q_len * heads
 
     def _audit(self, layer: int, log: LayerLog, queries: tuple[torch.Tensor, ...], start: int,
@@ -881,6 +1104,9 @@ class Probe:
         cache = self.cache
         if cache is None or self.scheme is None:
             raise InvalidValueError("probe", "detached", "nothing observed: no scheme or no cache")
+        cache.verify()
+        self._flush()
+        cache.record_writes()
         return LiveRun(
             scheme=self.scheme.name, memory_class=self.spec.memory_class,
             declared=self.declared(),

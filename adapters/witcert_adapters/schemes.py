@@ -165,14 +165,18 @@ class DitherSpec:
         """
         return select_outlier_pairs(x, count=self.outlier_pairs, layout=ctx.layout)
 
-    def encode(self, x: torch.Tensor, ctx: WriteContext,
-               pairs: torch.Tensor | None = None) -> DitherEncoding:
+    def encode(self, x: torch.Tensor, ctx: WriteContext, pairs: torch.Tensor | None = None, *,
+               exact: torch.Tensor | None = None, noise: torch.Tensor | None = None,
+               deferred: list[torch.Tensor] | None = None) -> DitherEncoding:
         """The store of keys ``x``; ``pairs`` are the request's fixed outlier pairs (``None``:
-        chosen from ``x`` itself)."""
+        chosen from ``x`` itself). ``exact``, ``noise`` and ``deferred`` are passed to
+        :func:`witcert_kernels.dither.dither_quantize` (a cache's kept channel mask, its
+        forward's precomputed noise, its checks left to one read per forward)."""
         chosen = self.select(x, ctx) if pairs is None else pairs
         return dither_quantize(x, request=ctx.request_id, layer=ctx.layer, start=ctx.start,
                                block_size=self.block_size(int(x.shape[-1])),
-                               outlier_pairs=chosen, layout=ctx.layout)
+                               outlier_pairs=chosen, layout=ctx.layout, exact=exact,
+                               noise=noise, deferred=deferred)
 
 
 @final

@@ -33,7 +33,8 @@ those of :mod:`witcert_calculus.dither`.
 Main declarations
 -----------------
 - :func:`philox4x32`: Philox-4x32-10 on int64 tensors holding uint32 words.
-- :func:`dither_noise`: the dither ``xi`` for ``[kv_heads, tokens, channels]``.
+- :func:`dither_noise`: the dither ``xi`` for ``[kv_heads, tokens, channels]``;
+  :func:`dither_noise_layers`: that of several layers in one Philox call.
 - :func:`select_outlier_pairs`, :func:`pair_energy`, :func:`exact_channels`: the fixed
   outlier pairs of every kv head, the energy they are ranked by, their channel mask.
 - :class:`DitherEncoding`, :func:`dither_quantize`: codes, float16 scales, outlier values and
@@ -46,6 +47,7 @@ Main declarations
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final, final
@@ -67,8 +69,9 @@ from witcert_calculus.dither import _tier_b_evidence  # pyright: ignore[reportPr
 from witcert_calculus.witness import _establish  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.witness import _pair_channels  # pyright: ignore[reportPrivateUsage]
 
-__all__ = ["DitherEncoding", "STORED_ENCODING", "dither_noise", "dither_quantize", "exact_channels",
-           "pair_energy", "philox4x32", "select_outlier_pairs", "tier_b_logit_bound"]
+__all__ = ["DitherEncoding", "STORED_ENCODING", "dither_noise", "dither_noise_layers",
+           "dither_quantize", "exact_channels", "pair_energy", "philox4x32",
+           "select_outlier_pairs", "tier_b_logit_bound"]
 
 #: What the torch Tier-B bound takes on the caller's word: its tensors describe the store.
 STORED_ENCODING: Final = Assumption(
@@ -145,30 +148,52 @@ def dither_noise(*, request: int, layer: int, kv_heads: int, tokens: torch.Tenso
         >>> tuple(xi.shape), bool((xi >= -0.5).all() and (xi < 0.5).all())
         ((2, 4, 8), True)
     """
-    for name, value, bits in (("request", request, 64), ("layer", layer, 32),
-                              ("kv_heads", kv_heads, 32), ("head_dim", head_dim, 32)):
+    return dither_noise_layers(request=request, layers=(layer,), kv_heads=kv_heads,
+                               tokens=tokens, head_dim=head_dim)[0]
+
+
+def dither_noise_layers(*, request: int, layers: Sequence[int], kv_heads: int,
+                        tokens: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """:func:`dither_noise` of several layers in one Philox call: ``[L, kv_heads, S, head_dim]``.
+
+    The layer is a counter word, so the noise of every layer at the same positions comes
+    from one batched stream; entry ``[i]`` is bit-identical to ``dither_noise(layer=layers[i],
+    ...)`` (a cache computes a forward's noise once, at its first write, and hands each
+    layer its slice to :func:`dither_quantize`).
+
+    Raises:
+        InvalidValueError: an index outside its range (request ``< 2^64``, others ``< 2^32``).
+
+    Example:
+        >>> xi = dither_noise_layers(request=7, layers=(0, 3), kv_heads=2, tokens=torch.arange(4),
+        ...                          head_dim=8)
+        >>> bool((xi[1] == dither_noise(request=7, layer=3, kv_heads=2, tokens=torch.arange(4),
+        ...                             head_dim=8)).all())
+        True
+    """
+    for name, value, bits in (("request", request, 64), ("kv_heads", kv_heads, 32),
+                              ("head_dim", head_dim, 32)):
         uint(name, value, bits=bits)
+    for layer in layers:
+        uint("layer", layer, bits=32)
     t = tokens.to(torch.int64)
     if t.ndim != 1 or (t.numel() and (int(t.min()) < 0 or int(t.max()) >= 2**32)):
         raise InvalidValueError("tokens", tuple(t.shape), "must be 1-D positions in [0, 2^32)")
-    ch = torch.arange(head_dim, dtype=torch.int64).view(1, 1, -1)
-    tk = t.view(1, -1, 1)
-    hd = torch.arange(kv_heads, dtype=torch.int64).view(-1, 1, 1)
-    ly = torch.full((1, 1, 1), layer, dtype=torch.int64)
+    ch = torch.arange(head_dim, dtype=torch.int64).view(1, 1, 1, -1)
+    tk = t.view(1, 1, -1, 1)
+    hd = torch.arange(kv_heads, dtype=torch.int64).view(1, -1, 1, 1)
+    ly = torch.tensor(list(layers), dtype=torch.int64).view(-1, 1, 1, 1)
     w0, _, _, _ = philox4x32((ch, tk, hd, ly), (request & _MASK, request >> 32))
     return (w0 >> (32 - GRID_BITS)).to(_F64) * GRID_STEP - 0.5
 
 
 def _round_up_f16(x: torch.Tensor) -> torch.Tensor:
     # Nonnegative float64 -> float16 rounded toward +inf (the next float16 up, by its bits,
-    # wherever the nearest cast went down); an overflow is an error, never a clamp.
+    # wherever the nearest cast went down). An overflow is inf (never a clamp): the caller
+    # checks finiteness.
     low = x.to(torch.float16)
     up = (low.view(torch.int16) + 1).view(torch.float16)
-    out = torch.where(low.to(torch.float64) < x, up, low)
-    if not bool(torch.isfinite(out).all()):
-        bad = float(x[~torch.isfinite(out)].reshape(-1)[0]) * (QMAX - 0.5)
-        raise InvalidValueError("block amax", bad, "its scale amax/126.5 overflows float16 (65504)")
-    return out
+    return torch.where(low.to(torch.float64) < x, up, low)
 
 
 def select_outlier_pairs(x: torch.Tensor, *, count: int, layout: RopeLayout) -> torch.Tensor:
@@ -277,10 +302,11 @@ class DitherEncoding:
     def read(self, dtype: torch.dtype) -> torch.Tensor:
         """The keys a cache of ``dtype`` holds: ``x_hat`` rounded to ``dtype``, with the outlier
         channels read from their float16 values."""
-        out = self.x_hat.clone()
-        if self.outlier_values.shape[-1]:
-            mask = self.exact.unsqueeze(0).unsqueeze(2).expand_as(out)
-            out[mask] = self.outlier_values.to(_F64).reshape(-1)
+        out = self.x_hat
+        b, h, t, m2 = self.outlier_values.shape
+        if m2:
+            idx = _channel_index(self.exact, m2).view(1, h, 1, m2).expand(b, h, t, m2)
+            out = out.scatter(-1, idx, self.outlier_values.to(_F64))
         return out.to(dtype)
 
     def byte_account(self, *, key_bytes: int = 2) -> ByteAccount:
@@ -296,7 +322,7 @@ class DitherEncoding:
         b, h, t, d = self.codes.shape
         tokens = positive_int("tokens", int(t))
         rows = float(b * h * t)
-        kept = int((~self.exact).sum()) * b * t  # code bytes actually held
+        kept = (d - int(self.outlier_values.shape[-1])) * h * b * t  # code bytes actually held
         payload = kept * self.codes.element_size() / rows
         scales = self.scales.numel() * self.scales.element_size() / rows
         outliers = self.outlier_values.numel() * self.outlier_values.element_size() / rows
@@ -309,7 +335,9 @@ class DitherEncoding:
 
 def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
                     block_size: int, outlier_pairs: torch.Tensor | None = None,
-                    layout: RopeLayout = RopeLayout.HALF_SPLIT) -> DitherEncoding:
+                    layout: RopeLayout = RopeLayout.HALF_SPLIT, exact: torch.Tensor | None = None,
+                    noise: torch.Tensor | None = None,
+                    deferred: list[torch.Tensor] | None = None) -> DitherEncoding:
     """Quantize keys with subtractive dither, the numpy reference's arithmetic in torch.
 
     Token ``i`` of the block sits at absolute position ``start + i``; the stream does not
@@ -325,6 +353,16 @@ def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
         block_size: channels per float16 scale; must divide ``head_dim``.
         outlier_pairs: ``[kv_heads, m]`` RoPE pair indices kept exact (``None``: none).
         layout: RoPE layout (which channels form a pair).
+        exact: ``exact_channels(outlier_pairs, ...)`` when the caller already holds it (a
+            cache keeps each layer's mask); ``None``: computed (and validated) here.
+        noise: ``dither_noise(request=request, layer=layer, ...)`` at positions ``start,
+            start + 1, ...`` when the caller already holds it (a slice of
+            :func:`dither_noise_layers`); ``None``: computed here.
+        deferred: ``None``: the checks on tensor contents (finite keys, no float16 overflow
+            of a scale or an outlier value, no clipped code) are read here. A list: they
+            are appended as one 0-d boolean tensor (True: all hold) and not read (no host
+            sync); the caller reads it and, where it is False, calls again without
+            ``deferred`` to raise the typed error.
 
     Returns:
         The :class:`DitherEncoding`.
@@ -348,36 +386,55 @@ def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
         raise InvalidValueError("block_size", block_size, f"must divide head_dim {d}")
     positive_int("start", start, minimum=0)
     a = x.detach().to(torch.float64)
-    if not bool(torch.isfinite(a).all()):
+    if deferred is None and not bool(torch.isfinite(a).all()):
         raise InvalidValueError("x", "tensor", "keys must be finite")
     pairs = torch.zeros((h, 0), dtype=torch.int64) if outlier_pairs is None else outlier_pairs
     if pairs.ndim != 2 or int(pairs.shape[0]) != h:
         raise InvalidValueError("outlier_pairs", tuple(pairs.shape), f"must be [{h}, m]")
-    exact = exact_channels(pairs, head_dim=d, layout=layout)  # [h, d]
+    if exact is None:
+        exact = exact_channels(pairs, head_dim=d, layout=layout)  # [h, d]
+    elif tuple(exact.shape) != (h, d):
+        raise InvalidValueError("exact", tuple(exact.shape), f"must be [{h}, {d}]")
+    if noise is None:
+        noise = dither_noise(request=request, layer=layer, kv_heads=h,
+                             tokens=torch.arange(start, start + s_count), head_dim=d)
+    elif tuple(noise.shape) != (h, s_count, d):
+        raise InvalidValueError("noise", tuple(noise.shape), f"must be [{h}, {s_count}, {d}]")
     keep = ~exact.view(1, h, 1, d)
     nb = d // block_size
-    kept = torch.where(keep, a, torch.zeros_like(a))
+    kept = torch.where(keep, a, 0.0)
     amax = kept.abs().reshape(b, h, s_count, nb, block_size).amax(dim=-1)
     scales = _round_up_f16(amax / (QMAX - 0.5))
+    if deferred is None and not bool(torch.isfinite(scales).all()):
+        bad = float(amax[~torch.isfinite(scales)].reshape(-1)[0])
+        raise InvalidValueError("block amax", bad, "its scale amax/126.5 overflows float16 (65504)")
     s = scales.to(torch.float64).repeat_interleave(block_size, dim=-1)  # exactly as stored
-    xi = dither_noise(request=request, layer=layer, kv_heads=h,
-                      tokens=torch.arange(start, start + s_count), head_dim=d).unsqueeze(0)
+    xi = noise.unsqueeze(0)
     pos = s > 0
-    codes = torch.where(pos, torch.round(a / torch.where(pos, s, torch.ones_like(s)) + xi),
-                        torch.zeros_like(s))
-    codes = torch.where(keep, codes, torch.zeros_like(codes))
-    if bool((codes.abs() > QMAX).any()):
+    codes = torch.where(pos & keep, torch.round(a / torch.where(pos, s, 1.0) + xi), 0.0)
+    if deferred is None and bool((codes.abs() > QMAX).any()):
         raise InvalidValueError("codes", float(codes.abs().max()),
                                 f"exceed +-{QMAX}: the scale does not cover the block")
     x_hat = torch.where(keep, s * (codes - xi), a)
-    m2 = int(exact[0].sum()) if h else 0
-    values = a[exact.view(1, h, 1, d).expand_as(a)].reshape(b, h, s_count, m2)
+    m2 = 2 * int(pairs.shape[1])  # exact_channels admits no repeated pair
+    values = a.gather(-1, _channel_index(exact, m2).view(1, h, 1, m2).expand(b, h, s_count, m2))
     stored = values.to(torch.float16)
-    if not bool(torch.isfinite(stored).all()):
+    if deferred is not None:
+        # non-finite keys make a scale (kept channels) or a stored value (exact ones) non-finite
+        deferred.append(torch.isfinite(scales).all() & (codes.abs() <= QMAX).all()
+                        & torch.isfinite(stored).all())
+    elif not bool(torch.isfinite(stored).all()):
         raise InvalidValueError("outlier value", float(values[~torch.isfinite(stored)][0]),
                                 "overflows float16 (65504)")
     return DitherEncoding(codes.to(torch.int8), scales, x_hat, block_size,
                           pairs.to(torch.int16), exact, stored)
+
+
+def _channel_index(exact: torch.Tensor, m2: int) -> torch.Tensor:
+    # The m2 exact channels of every head of a mask [h, d], in channel order: [h, m2].
+    d = int(exact.shape[-1])
+    ch = torch.arange(d, dtype=torch.int64, device=exact.device).expand(exact.shape)
+    return torch.sort(torch.where(exact, ch, d), dim=-1).values[:, :m2]
 
 
 def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Tensor | None, *,

@@ -271,7 +271,9 @@ def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
     qb = q_bands.to(_F64).unsqueeze(-2)
     w = witness.to(_F64)
     prod = qb * w
-    prod = torch.where(torch.isnan(prod), 0.0, prod)  # inf * 0: the exact product is 0
+    # inf * 0 (an overflowed witness, an exactly zero band): the exact product is 0; any other
+    # NaN (a NaN witness or query) stays NaN, so the bound cannot certify
+    prod = torch.where(torch.isnan(prod) & (qb == 0) & torch.isinf(w), 0.0, prod)
     margin = logit_margin(nb, scale=sc)
     exact = (w == 0).all(dim=-1) | (qb == 0).all(dim=-1)
     values = outward(prod.sum(dim=-1) * sc, gamma=margin.gamma, alpha=margin.alpha, exact=exact)
@@ -302,19 +304,22 @@ def _lse(logs: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isinf(m), m, body)
 
 
-def _log_p(p: torch.Tensor) -> torch.Tensor:
-    return torch.where(p > 0, torch.log(torch.where(p > 0, p, 1.0)), float("-inf"))
+def _log_p(p: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    # log p where p > 0 (pos), -inf elsewhere.
+    return torch.where(pos, torch.log(torch.where(pos, p, 1.0)), float("-inf"))
 
 
-def _log_a_plus(p: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    b = torch.where(p > 0, p * torch.expm1(c), 0.0).sum(dim=-1)
-    logs = torch.where(p > 0, _log_p(p) + c, float("-inf"))
+def _log_a_plus(p: torch.Tensor, c: torch.Tensor, pos: torch.Tensor,
+                log_p: torch.Tensor) -> torch.Tensor:
+    b = torch.where(pos, p * torch.expm1(c), 0.0).sum(dim=-1)
+    logs = torch.where(pos, log_p + c, float("-inf"))
     return torch.where(torch.isfinite(b), torch.log1p(b), _lse(logs))
 
 
-def _log_a_minus(p: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    b = torch.where(p > 0, p * torch.expm1(-c), 0.0).sum(dim=-1)
-    logs = torch.where(p > 0, _log_p(p) - c, float("-inf"))
+def _log_a_minus(p: torch.Tensor, c: torch.Tensor, pos: torch.Tensor,
+                 log_p: torch.Tensor) -> torch.Tensor:
+    b = torch.where(pos, p * torch.expm1(-c), 0.0).sum(dim=-1)
+    logs = torch.where(pos, log_p - c, float("-inf"))
     return torch.where(b > -0.5, torch.log1p(b), _lse(logs))
 
 
@@ -324,14 +329,14 @@ def _eform_raw(log_a: torch.Tensor) -> torch.Tensor:
 
 
 def _retention_raw(p: torch.Tensor, c: torch.Tensor, log_a: torch.Tensor,
-                   log_am: torch.Tensor) -> torch.Tensor:
+                   log_am: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     la = log_a.unsqueeze(-1)
     lm = log_am.unsqueeze(-1)
     one_sided = torch.expm1(la + c)
     up = torch.expm1(c - lm)
     down = -torch.expm1(-c - la)
     per = torch.minimum(one_sided, torch.maximum(up, down))
-    return 0.5 * torch.where(p > 0, p * per, 0.0).sum(dim=-1)
+    return 0.5 * torch.where(pos, p * per, 0.0).sum(dim=-1)
 
 
 def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tensor, *,
@@ -390,21 +395,24 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
         raise InvalidValueError("p_tilde", "tensor", "must be nonnegative and not NaN")
     if check and (bool(torch.isnan(cc).any()) or bool((cc < 0).any())):
         raise InvalidValueError("c", "tensor", "must be nonnegative and not NaN")
+    total = p.sum(dim=-1, keepdim=True)
     checks: tuple[tuple[str, torch.Tensor], ...] = (
               ("p_tilde rows are finite and nonnegative with a positive sum (renormalized "
                "here to probability vectors)",
-               torch.isfinite(p).all() & (p >= 0).all() & (p.sum(dim=-1) > 0).all()),
+               torch.isfinite(p).all() & (p >= 0).all() & (total > 0).all()),
               ("c_t >= 0 for every token t, not NaN (inf allowed)", (cc >= 0).all()))
-    p = p / p.sum(dim=-1, keepdim=True)
-    la = _log_a_plus(p, cc)
-    lm = _log_a_minus(p, cc)
+    p = p / total
+    pos = p > 0
+    log_p = _log_p(p, pos)
+    la = _log_a_plus(p, cc, pos, log_p)
+    lm = _log_a_minus(p, cc, pos, log_p)
     margin = tv_margin(int(p.shape[-1]))
     cmax = torch.where(torch.isfinite(cc), cc, 0.0).amax(dim=-1)
     gamma = margin.gamma * (1.0 + (la.abs() + lm.abs() + cmax))
     exact = cmax == 0  # c = 0 everywhere: A = A- = 1 exactly and the exact bound 0
     e = outward(_eform_raw(la), gamma=gamma, alpha=margin.alpha, exact=exact)
     t = outward(torch.sinh(la - lm), gamma=gamma, alpha=margin.alpha, exact=exact)
-    r = torch.minimum(outward(_retention_raw(p, cc, la, lm), gamma=gamma, alpha=margin.alpha,
+    r = torch.minimum(outward(_retention_raw(p, cc, la, lm, pos), gamma=gamma, alpha=margin.alpha,
                               exact=exact), e)
     th = _tanh_max(cc)
     also: tuple[str, ...] = ()
@@ -413,7 +421,7 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
         zero = torch.zeros_like(e)
         e, t, r, th = (torch.where(one, zero, x) for x in (e, t, r, th))
         checks = (*checks, (SINGLE_TOKEN_PREMISE,
-                            (~one | ((p > 0).sum(dim=-1) <= 1)).all()))
+                            (~one | (pos.sum(dim=-1) <= 1)).all()))
         also = (TV_SINGLE_TOKEN,)
     return TVBatch(eform=e, two_sided=t, retention=r, meter=torch.minimum(e, t),
                    tanh_max=th, log_a=la, log_a_minus=lm, basis=_basis(c, checks, also))

@@ -16,7 +16,9 @@ from witcert_adapters.gate import run_gate  # noqa: E402
 from witcert_adapters.hf import AuditStep, LayerLog, Probe, ReadStep, WitnessCache, attach  # noqa: E402
 from witcert_adapters.readings import coverage, dense_chain, layer_readings  # noqa: E402
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
+from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND  # noqa: E402
 from witcert_calculus.tiers import Tier  # noqa: E402
+from witcert_calculus.tv_forms import TVBasis  # noqa: E402
 
 FAMILIES = ["llama", "qwen2", "deepseek_v2", "deepseek_v3"]
 
@@ -260,3 +262,95 @@ def test_recomputed_queries_reproduce_the_models_attention(family: str) -> None:
         slots[part.slot].double().repeat_interleave(heads // slots[part.slot].shape[1], dim=1))
         for q, part in zip(seen["q"], spec.parts, strict=True))
     assert torch.allclose(torch.softmax(logits, dim=-1), seen["p"].double(), atol=1e-6)
+
+
+#: The batched and per-layer meters sum the same terms in another order (stacked reductions
+#: vectorize differently): an ulp or two, far below the outward-rounding margins (>= 1e-14).
+_REORDER = 1e-15
+
+
+def _same(a: Any, b: Any, where: str = "run") -> None:
+    """Two probe results hold the same values (arrays equal up to summation order)."""
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        assert type(a) is type(b), where
+        for f in dataclasses.fields(a):
+            _same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    elif isinstance(a, np.ndarray):
+        assert a.shape == b.shape and a.dtype == b.dtype, where
+        assert np.allclose(a, b, rtol=_REORDER, atol=0.0, equal_nan=True), (
+            where, float(np.nanmax(np.abs(a - b) / np.maximum(np.abs(b), 1e-300))))
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _same(a[k], b[k], f"{where}[{k}]")
+    elif isinstance(a, tuple | list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same(x, y, f"{where}[{i}]")
+    elif isinstance(a, TVBasis):
+        assert a.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND) == b.evidence(
+            TV_EFORM_SOUND, TV_TWO_SIDED_SOUND), where
+    else:
+        assert a == b, where
+
+
+def _probed(build: Any, scheme: str, *, ledger: bool, batched: bool,
+            monkeypatch: pytest.MonkeyPatch) -> Any:
+    import witcert_adapters.hf as hf
+    from witcert_adapters.recurrent import RecurrentProbe
+    from witcert_calculus import RiskLedger
+
+    with monkeypatch.context() as m:
+        if not batched:  # each call metered in its hook, each write noised and recorded alone
+            m.setattr(hf, "_STASH_BUDGET", 0)
+            m.setattr(hf, "_WRITE_BUDGET", 0)
+        model = build()
+        led = RiskLedger() if ledger else None
+        rid = led.open_request(delta_req="1/100") if led is not None else 0
+        hybrid = model.config.model_type == "qwen3_next"
+        probe: Any = (RecurrentProbe if hybrid else Probe)(model, scheme=scheme,
+                                                            request_id=rid, ledger=led)
+        try:
+            cache = probe.new_cache()
+            ids = _ids(3, 7)
+            with torch.no_grad():
+                model(ids[:, :5], cache=cache, use_cache=True)
+                for t in range(5, 7):
+                    model(ids[:, t:t + 1], cache=cache, use_cache=True)
+            run = probe.result()
+        finally:
+            probe.close()
+    return run.attention if hybrid else run
+
+
+@pytest.mark.parametrize("family", ["llama", "deepseek_v3", "qwen3_next"])
+@pytest.mark.parametrize("scheme", ["dither_int8_g16_m4", "int8_token"])
+@pytest.mark.parametrize("ledger", [False, True])
+def test_batched_meter_matches_the_per_layer_path(family: str, scheme: str, ledger: bool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode calls metered together at the end of the forward (stacked over layers, the
+    forward's dither noise drawn once) record exactly what per-layer metering records."""
+    build = qwen3_next if family == "qwen3_next" else (lambda: tiny_model(family))
+    want = _probed(build, scheme, ledger=ledger, batched=False, monkeypatch=monkeypatch)
+    got = _probed(build, scheme, ledger=ledger, batched=True, monkeypatch=monkeypatch)
+    assert got.records and (not ledger or "dither" not in scheme or got.tier_b_events)
+    _same(got, want)
+
+
+def test_a_deferred_write_check_fails_closed_with_the_value(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """A dithered write's content checks are read once per forward; a failure still raises
+    the quantizer's typed error naming the value."""
+    model = tiny_model("llama")
+    probe = Probe(model, scheme="dither_int8_g16_m4")
+    try:
+        cache = probe.new_cache()
+        with torch.no_grad():
+            model(_ids(), cache=cache, use_cache=True)
+        big = model.model.layers[1].self_attn.k_proj
+        with torch.no_grad():
+            big.weight.mul_(1e6)  # keys ~1e6: a block scale overflows float16
+            with pytest.raises(InvalidValueError, match="overflows float16"):
+                model(_ids()[:, :1], cache=cache, use_cache=True)
+    finally:
+        probe.close()

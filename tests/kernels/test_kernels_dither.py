@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,8 +14,8 @@ torch = pytest.importorskip("torch")
 from witcert_calculus import dither as ref  # noqa: E402
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
 from witcert_calculus.witness import RopeLayout  # noqa: E402
-from witcert_kernels.dither import dither_noise, dither_quantize, exact_channels, philox4x32, \
-    select_outlier_pairs  # noqa: E402
+from witcert_kernels.dither import dither_noise, dither_noise_layers, dither_quantize, \
+    exact_channels, philox4x32, select_outlier_pairs  # noqa: E402
 
 
 def test_philox_matches_the_reference_on_edge_counters() -> None:
@@ -280,3 +282,50 @@ def test_the_torch_tier_b_bound_carries_its_event_and_its_assumptions() -> None:
     from witcert_calculus.errors import PremiseError
     with pytest.raises(PremiseError, match="visible"):
         tv_bounds_batch(p, bad, check=False).basis.evidence(TV_EFORM_SOUND)
+
+
+@settings(max_examples=20, deadline=None)
+@given(request=st.integers(0, 2**64 - 1), layers=st.lists(st.integers(0, 2**32 - 1), min_size=1,
+                                                         max_size=4),
+       heads=st.integers(1, 3), start=st.integers(0, 2**32 - 8))
+def test_noise_of_several_layers_is_each_layers_stream(request: int, layers: list[int], heads: int,
+                                                      start: int) -> None:
+    tokens = torch.arange(start, start + 3)
+    xi = dither_noise_layers(request=request, layers=layers, kv_heads=heads, tokens=tokens,
+                             head_dim=8)
+    for i, layer in enumerate(layers):
+        assert torch.equal(xi[i], dither_noise(request=request, layer=layer, kv_heads=heads,
+                                               tokens=tokens, head_dim=8))
+
+
+@pytest.mark.parametrize("bad", ["ok", "nan_kept", "inf_exact", "scale_overflow",
+                                 "outlier_overflow"])
+def test_deferred_checks_agree_with_the_eager_ones(bad: str) -> None:
+    """With precomputed noise and mask and deferred checks the store is the same, and the
+    deferred boolean is False exactly when the eager call raises."""
+    x = torch.randn(1, 2, 3, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    pairs = torch.tensor([[1], [2]])
+    exact = exact_channels(pairs, head_dim=8, layout=RopeLayout.HALF_SPLIT)
+    if bad == "nan_kept":
+        x[0, 1, 2, 0] = float("nan")
+    elif bad == "inf_exact":
+        x[0, 0, 1, 1] = float("inf")  # channel 1 is exact in head 0
+    elif bad == "scale_overflow":
+        x[0, 1, 0, 0] = 1e7
+    elif bad == "outlier_overflow":
+        x[0, 1, 0, 2] = 1e6  # pair 2's channel: exact in head 1, stored in float16
+    args: dict[str, Any] = dict(request=5, layer=3, start=10, block_size=4, outlier_pairs=pairs)
+    deferred: list[torch.Tensor] = []
+    noise = dither_noise_layers(request=5, layers=(0, 3), kv_heads=2,
+                                tokens=torch.arange(10, 13), head_dim=8)[1]
+    got = dither_quantize(x, **args, exact=exact, noise=noise, deferred=deferred)
+    if bad == "ok":
+        want = dither_quantize(x, **args)
+        assert bool(deferred[0])
+        for f in ("codes", "scales", "x_hat", "outlier_values"):
+            assert torch.equal(getattr(got, f), getattr(want, f)), f
+        assert torch.equal(got.read(torch.float32), want.read(torch.float32))
+    else:
+        assert not bool(deferred[0])
+        with pytest.raises(InvalidValueError, match="finite|overflows"):
+            dither_quantize(x, **args)

@@ -389,3 +389,23 @@ def test_single_visible_token_rows_report_zero_in_both_twins_and_cite_the_lemma(
                                   visible=torch.from_numpy(lying)).basis):
         with pytest.raises(PremiseError, match="one visible token"):
             basis.evidence(TV_EFORM_SOUND)
+
+
+def test_a_nan_witness_or_query_never_yields_a_small_bound() -> None:
+    """Only inf * 0 (an overflowed witness meeting an exactly zero query band) is 0; a NaN
+    witness or query band makes the bound NaN (the gate's magnitude stage rejects it), never a
+    bound near 0 that would certify the cell."""
+    w = torch.tensor([[0.5, float("nan")], [float("inf"), 0.25]], dtype=torch.float64)
+    q = torch.tensor([1.0, 0.0, 2.0, 0.0])  # band 0 and band 1 nonzero (interleaved pairs)
+    c = logit_bound(q, w, scale=0.5, layout=RopeLayout.INTERLEAVED).values
+    assert bool(torch.isnan(c[0])) and bool(torch.isinf(c[1]))
+    q0 = torch.tensor([1.0, 0.0, 0.0, 0.0])  # band 1 exactly zero: inf * 0 contributes 0
+    c0 = logit_bound(q0, w[1:], scale=0.5, layout=RopeLayout.INTERLEAVED).values
+    assert bool(torch.isinf(c0[0]))  # band 0 meets inf
+    c1 = logit_bound(q0, torch.tensor([[0.5, float("inf")]], dtype=torch.float64), scale=0.5,
+                     layout=RopeLayout.INTERLEAVED).values
+    assert bool(torch.isfinite(c1[0])) and float(c1[0]) >= 0.25
+    qn = torch.tensor([float("nan"), 0.0, 0.0, 0.0])
+    cn = logit_bound(qn, torch.tensor([[0.5, 0.5]], dtype=torch.float64), scale=0.5,
+                     layout=RopeLayout.INTERLEAVED).values
+    assert bool(torch.isnan(cn[0]))
