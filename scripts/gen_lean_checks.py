@@ -9,10 +9,23 @@ max caliber (``pooling``) and the rank-prefix selection offset
 (``rank_prefix_selection``). Each value is written as a Lean statement closed by
 ``decide +kernel``, so the Lean kernel recomputes it from the Lean definitions.
 
+The transfer coefficients of the softmax-to-TV bridges and the algebraic cores of the meters
+are read from Python's own code path, never retyped: each bridge's ``Transfer`` (and the
+affine bridge's slope computation, and ``tv_forms._eform_raw`` / ``_two_sided_raw``) is run
+with ``mpmath``/``numpy``'s exponentials replaced by exact rational stand-ins that record their
+arguments, and with the outward rounding step (``math.nextafter``, a separate soundness step)
+replaced by the identity; the recorded arguments and results are compared, by the kernel, with
+the Lean definitions that the statements use (``WitCert.Analytic.sharpOscArg``,
+``sharpLinfArg``, ``eformArg``, ``eformBridgeCore``, ``affineSlopeArg``, ``eformCore``,
+``twoSidedCore`` in ``WitCert/Sharp.lean``, each tied there to its theorem by an ``example``).
+The telescoping checks evaluate ``WitCert.Ledger.telescopeDelta`` and ``WitCert.Ledger.spent``.
+
 Usage::
 
     python scripts/gen_lean_checks.py          # rewrite the generated file
-    python scripts/gen_lean_checks.py --check  # exit 1 if the committed file is stale
+    python scripts/gen_lean_checks.py --check  # exit 1 (and a diff) if the committed file is stale
+
+``bash scripts/check_formal_sync.sh`` runs the ``--check`` together with the statement lock.
 
 Main declarations:
 
@@ -23,15 +36,32 @@ Main declarations:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
+import math
 import random
 import sys
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from witcert_calculus import bridges as _bridges
+from witcert_calculus import contracts as _contracts
 from witcert_calculus import metrics as M
-from witcert_calculus.bridges import pooling, rank_prefix_selection
+from witcert_calculus import tv_forms as _tv_forms
+from witcert_calculus.bridges import (
+    pooling,
+    rank_prefix_selection,
+    selector_mass_eform,
+    softmax_tv_affine,
+    softmax_tv_eform,
+    softmax_tv_tanh,
+    softmax_tv_tanh_osc,
+)
 from witcert_calculus.budget import telescoping_delta, telescoping_spent
 from witcert_calculus.contracts import Contract
 from witcert_calculus.errors import InvalidValueError
@@ -59,6 +89,9 @@ module
 
 public import WitCert.Contracts
 public import WitCert.Bridges
+public import WitCert.Ledger
+public import WitCert.Sharp
+public import WitCert.Meters
 
 /-!
 # Python values confirmed by the Lean kernel (generated)
@@ -70,8 +103,13 @@ Each `example` is a value computed by the Python library on exact rationals, for
 input, restated over the Lean definitions and closed by `decide +kernel`: the kernel evaluates
 the Lean side and compares. Covered: series composition (`Contract.comp`: slope, offset, delta,
 tier, propagated cap), tier meets (`Tier.weakest`), tier decisions (`Tier.decideTier`), metric
-saturations (`Metric.saturation`), telescoping allowances `δ / ((i+1)(i+2))` and their partial
-sums `δ (1 - 1/(n+1))`, the pooling max caliber and the rank-prefix selection bound.
+saturations (`Metric.saturation`), telescoping allowances and spends (`Ledger.telescopeDelta`,
+`Ledger.spent`), the pooling max caliber and the rank-prefix selection bound; the transfer
+coefficients of the softmax-to-TV bridges and the algebraic cores of the e-form and two-sided
+meters, read from Python's code path run on rational stand-ins for the exponentials, against
+the definitions of `WitCert/Sharp.lean` (`Analytic.sharpOscArg`, `Analytic.sharpLinfArg`,
+`Analytic.eformArg`, `Analytic.eformBridgeCore`, `Analytic.affineSlopeArg`,
+`Analytic.eformCore`, `Analytic.twoSidedCore`), each tied there to its theorem.
 -/
 
 namespace WitCert.GeneratedChecks
@@ -85,6 +123,34 @@ open WitCert
 def mk {{s t : Site}} (i : Metric s) (o : Metric t) (a b delta : Rat) (tier : Tier)
     (cap : Option Rat) : Contract i o :=
   ⟨a, b, delta, tier, Contract.capDomain cap⟩
+'''
+
+METER_TIES = '''\
+/-! ### The meters' statements use the cores of `WitCert/Sharp.lean`
+
+`Meters.tv_eform_sound` and `Meters.tv_two_sided_sound` restated with `Analytic.eformCore` and
+`Analytic.twoSidedCore` (proved from the theorems by unfolding): the cores checked below are
+the ones those statements bound `TV` by. -/
+
+section MeterTies
+
+open WitCert.Analytic
+
+variable {{α : Type}} [Lean.Grind.Field α] [LE α] [LT α] [Std.LawfulOrderLT α]
+  [Std.IsLinearOrder α] [Lean.Grind.OrderedRing α]
+
+example {{β : Type}} (E : ExpLaws α) (z z' c : β → α) (L : List β) (hL : L ≠ [])
+    (hc : ∀ t ∈ L, absA (z t - z' t) ≤ c t) :
+    tv (softmax E z L) (softmax E z' L) L ≤ eformCore (Meters.aPlus E z' c L) :=
+  Meters.tv_eform_sound E z z' c L hL hc
+
+example {{β : Type}} (E : ExpLaws α) (z z' c : β → α) (L : List β) (hL : L ≠ [])
+    (hc : ∀ t ∈ L, absA (z t - z' t) ≤ c t) :
+    tv (softmax E z L) (softmax E z' L) L ≤
+      twoSidedCore (Meters.aPlus E z' c L) (Meters.aMinus E z' c L) :=
+  Meters.tv_two_sided_sound E z z' c L hL hc
+
+end MeterTies
 '''
 
 
@@ -235,14 +301,12 @@ def telescope_checks(rng: random.Random, count: int) -> list[str]:
         spent = telescoping_spent(n, delta)
         if total != spent:  # the library disagrees with itself: fail generation loudly
             raise SystemExit(f"telescoping sum {total} != closed form {spent} (n={n})")
-        lean_sum = (f"((List.range {n}).map fun i : Nat =>\n      {rat(delta)} / "
-                    f"(((i : Rat) + 1) * ((i : Rat) + 2))).sum")
-        out.append(_example(lean_sum, rat(spent)))
-        out.append(_example(f"{rat(delta)} * (1 - 1 / ({n} + 1)) = {rat(spent)}"))
-        out.append(_example(f"{rat(spent)} < {rat(delta)}"))
-        if n:
-            out.append(_example(f"{rat(delta)} / (({n - 1} + 1) * ({n - 1} + 2))",
-                                rat(parts[-1])))
+        lean_sum = f"((List.range {n}).map (Ledger.telescopeDelta {rat(delta)})).sum"
+        out.append(_example(lean_sum, rat(total)))
+        out.append(_example(f"Ledger.spent {rat(delta)} {n} = {rat(spent)}"))
+        out.append(_example(f"Ledger.spent {rat(delta)} {n} < {rat(delta)}"))
+        for i in sorted({0, n - 1} if n else set()):
+            out.append(_example(f"Ledger.telescopeDelta {rat(delta)} {i} = {rat(parts[i])}"))
     return out
 
 
@@ -291,10 +355,180 @@ def selection_checks(rng: random.Random, count: int) -> list[str]:
     return out
 
 
+# ----------------------------------------------------------------- the bridges' coefficients
+#
+# Python's bridges evaluate their transfers with mpmath at 50 digits and round upward. To read
+# the exact coefficients their code uses (not a retyped literal), that code is run with an
+# mpmath stand-in whose numbers are exact rationals and whose ``exp``/``tanh`` record their
+# argument and return a chosen rational (the stand-in for the exponential), and with
+# ``math.nextafter`` (the upward rounding, a separate soundness step) as the identity. The
+# stand-ins are dyadic, so the floats the code passes values through hold them exactly.
+
+
+class _Recorder:
+    """The calls of the exponential stand-ins: ``(function, exact argument)``."""
+
+    def __init__(self, exp_values: list[Fraction]) -> None:
+        self.calls: list[tuple[str, Fraction]] = []
+        self._exp = list(exp_values)
+
+    def take(self, name: str, arg: object) -> Fraction:
+        self.calls.append((name, Fraction(arg)))  # type: ignore[arg-type]
+        if name == "exp":
+            return self._exp.pop(0)
+        return Fraction(1, 2)  # tanh: the value is not used, its argument is the check
+
+
+def _fake_mpmath(rec: _Recorder) -> types.SimpleNamespace:
+    @contextlib.contextmanager
+    def workdps(_digits: int) -> Iterator[None]:
+        yield
+
+    return types.SimpleNamespace(
+        workdps=workdps, mpf=lambda x: Fraction(x),
+        exp=lambda y: rec.take("exp", y), tanh=lambda y: rec.take("tanh", y))
+
+
+class _MathNoRounding(types.ModuleType):
+    """``math`` with ``nextafter`` as the identity (outward rounding removed)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(math, name)
+
+    @staticmethod
+    def nextafter(x: float, _to: float) -> float:
+        return x
+
+
+@contextlib.contextmanager
+def _exact_exponentials(rec: _Recorder) -> Iterator[None]:
+    """Run the library's bridges on the stand-ins (restored afterwards)."""
+    saved = (_contracts._mpmath, _contracts.math, _bridges.math)  # type: ignore[attr-defined]
+    nomath = _MathNoRounding("math")
+    _contracts._mpmath = lambda: _fake_mpmath(rec)  # type: ignore[attr-defined]
+    _contracts.math = nomath  # type: ignore[attr-defined]
+    _bridges.math = nomath  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        (_contracts._mpmath, _contracts.math,  # type: ignore[attr-defined]
+         _bridges.math) = saved  # type: ignore[attr-defined]
+
+
+def _transfer_of(c: Contract[Any, Any]) -> Any:
+    """The one stage's transfer, the function ``Contract.bound`` evaluates."""
+    stages = c._stages  # the library's own stage: the transfer its bound evaluates
+    if len(stages) != 1 or stages[0].transfer is None:
+        raise SystemExit(f"{c.name}: expected one stage with a transfer")
+    return stages[0].transfer
+
+
+def _run_transfer(c: Contract[Any, Any], x: Fraction, exp_value: Fraction
+                  ) -> tuple[list[tuple[str, Fraction]], Fraction]:
+    rec = _Recorder([exp_value])
+    tr = _transfer_of(c)
+    with _exact_exponentials(rec):
+        out = tr(float(x))
+    return rec.calls, Fraction(out)
+
+
+_INPUTS = (Fraction(1, 8), Fraction(3, 4), Fraction(2), Fraction(5, 16))
+_EXPS = (Fraction(9, 8), Fraction(5, 4), Fraction(3, 2), Fraction(17, 16))
+
+
+def bridge_checks() -> list[str]:
+    """The transfer coefficients of the softmax-to-TV bridges, from Python's code path."""
+    out: list[str] = []
+    site = M.AtConsume
+    tanh_rules = (("softmax_tv_tanh_osc", softmax_tv_tanh_osc(site), "Analytic.sharpOscArg"),
+                  ("softmax_tv_tanh", softmax_tv_tanh(site), "Analytic.sharpLinfArg"))
+    for rule, c, lean in tanh_rules:
+        k = _transfer_of(c).k
+        out.append(f"-- `bridges.{rule}`: the transfer's parameter k = {k} is the argument "
+                   f"of `tanh` at 1.\n" + _example(f"{lean} (1 : Rat) = {rat(k)}"))
+        for x in _INPUTS:
+            calls, _ = _run_transfer(c, x, Fraction(1))
+            (name, arg), = calls
+            if name != "tanh":
+                raise SystemExit(f"{rule}: its transfer evaluated {name}, not tanh")
+            out.append(_example(f"{lean} {rat(x)} = {rat(arg)}"))
+    for rule, c in (("softmax_tv_eform", softmax_tv_eform(site)),
+                    ("selector_mass_eform", selector_mass_eform(site))):
+        out.append(f"-- `bridges.{rule}`: `(exp(2x) - 1) / 2` at a rational stand-in for "
+                   f"`exp`.\n")
+        for x, e in zip(_INPUTS, _EXPS, strict=True):
+            calls, value = _run_transfer(c, x, e)
+            (name, arg), = calls
+            if name != "exp":
+                raise SystemExit(f"{rule}: its transfer evaluated {name}, not exp")
+            out.append(_example(f"Analytic.eformArg {rat(x)} = {rat(arg)}"))
+            out.append(_example(f"Analytic.eformBridgeCore {rat(e)} = {rat(value)}"))
+    out.append("-- `bridges.softmax_tv_affine`: the slope `exp(2 eps0)` on the domain "
+               "`e_in <= eps0`; the library\n-- computes it as `2 (e-form) + 1`, at a "
+               "rational stand-in for `exp`.\n")
+    for e0, e in zip(_INPUTS[:3], _EXPS[:3], strict=True):
+        rec = _Recorder([e])
+        with _exact_exponentials(rec):
+            c = softmax_tv_affine(site, eps0=float(e0))
+        (name, arg), = rec.calls
+        if name != "exp":
+            raise SystemExit(f"softmax_tv_affine: evaluated {name}, not exp")
+        # The statement's slope is `exp (affineSlopeArg ε₀)` (stand-in `e`) on `ε ≤ ε₀`.
+        if c.a != e or c.cap != e0:
+            raise SystemExit(f"softmax_tv_affine(eps0={e0}): slope {c.a} and cap {c.cap}, but "
+                             f"the statement's are exp(2 eps0) = {e} (stand-in) and {e0}")
+        out.append(f"-- eps0 = {e0}: slope {c.a} = the stand-in for exp {arg}, cap {c.cap}.\n"
+                   + _example(f"Analytic.affineSlopeArg {rat(e0)} = {rat(arg)}"))
+    return out
+
+
+class _LogOf:
+    """``log x`` for an exact rational ``x > 0``: numpy's ufuncs on an object array call these
+    methods, so the library's log-domain cores run on exact stand-ins for ``exp``."""
+
+    def __init__(self, x: Fraction) -> None:
+        self.x = x
+
+    def __sub__(self, other: _LogOf) -> _LogOf:
+        return _LogOf(self.x / other.x)  # log x - log y = log (x / y)
+
+    def expm1(self) -> Fraction:
+        return self.x - 1
+
+    def sinh(self) -> Fraction:
+        return (self.x - 1 / self.x) / 2
+
+
+def _objects(*xs: Fraction) -> Any:
+    arr = np.empty(len(xs), dtype=object)
+    for i, x in enumerate(xs):
+        arr[i] = _LogOf(x)
+    return arr
+
+
+_A_PLUS = (Fraction(1), Fraction(9, 8), Fraction(5, 4), Fraction(3, 2), Fraction(33, 32),
+           Fraction(2))
+_A_MINUS = (Fraction(1), Fraction(7, 8), Fraction(3, 4), Fraction(5, 8), Fraction(31, 32),
+            Fraction(1, 2))
+
+
+def meter_checks() -> list[str]:
+    """The e-form and two-sided cores, by ``tv_forms``' code path at rational ``A``, ``A-``."""
+    out: list[str] = ["-- `tv_forms._eform_raw(log A)` and `tv_forms._two_sided_raw(log A, "
+                      "log A-)` at rational `A`, `A-`.\n"]
+    eform = _tv_forms._eform_raw(_objects(*_A_PLUS))  # type: ignore[attr-defined]
+    two = _tv_forms._two_sided_raw(_objects(*_A_PLUS),  # type: ignore[attr-defined]
+                                   _objects(*_A_MINUS))
+    for a, am, e, s in zip(_A_PLUS, _A_MINUS, eform.tolist(), two.tolist(), strict=True):
+        out.append(_example(f"Analytic.eformCore {rat(a)} = {rat(Fraction(e))}"))
+        out.append(_example(f"Analytic.twoSidedCore {rat(a)} {rat(am)} = {rat(Fraction(s))}"))
+    return out
+
+
 def generate() -> str:
     """The complete generated file, deterministic for the fixed seed."""
     rng = random.Random(SEED)
-    blocks: list[str] = [HEADER.format(seed=SEED)]
+    blocks: list[str] = [HEADER.format(seed=SEED), METER_TIES.format()]
     sections: list[tuple[str, list[str]]] = [
         ("Series composition", composition_checks(rng, 18)),
         ("Tier meets and decisions", tier_checks(rng, 16)),
@@ -302,6 +536,8 @@ def generate() -> str:
         ("Telescoping budget", telescope_checks(rng, 8)),
         ("Pooling, max caliber", pooling_checks(rng, 6)),
         ("Rank-prefix selection", selection_checks(rng, 6)),
+        ("Softmax-to-TV bridges: transfer coefficients", bridge_checks()),
+        ("Meters: the e-form and two-sided cores", meter_checks()),
     ]
     for title, items in sections:
         blocks.append(f"/-! ### {title} -/\n")
@@ -320,6 +556,11 @@ def main(argv: list[str] | None = None) -> int:
         current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
         if current != text:
             print(f"{TARGET} is stale: run python scripts/gen_lean_checks.py", file=sys.stderr)
+            diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(),
+                                             "committed", "regenerated", n=1, lineterm=""))
+            print("\n".join(diff[:60]), file=sys.stderr)
+            if len(diff) > 60:
+                print(f"... ({len(diff) - 60} more diff lines)", file=sys.stderr)
             return 1
         return 0
     TARGET.write_text(text, encoding="utf-8")

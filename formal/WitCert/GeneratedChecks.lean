@@ -6,6 +6,9 @@ module
 
 public import WitCert.Contracts
 public import WitCert.Bridges
+public import WitCert.Ledger
+public import WitCert.Sharp
+public import WitCert.Meters
 
 /-!
 # Python values confirmed by the Lean kernel (generated)
@@ -17,8 +20,13 @@ Each `example` is a value computed by the Python library on exact rationals, for
 input, restated over the Lean definitions and closed by `decide +kernel`: the kernel evaluates
 the Lean side and compares. Covered: series composition (`Contract.comp`: slope, offset, delta,
 tier, propagated cap), tier meets (`Tier.weakest`), tier decisions (`Tier.decideTier`), metric
-saturations (`Metric.saturation`), telescoping allowances `δ / ((i+1)(i+2))` and their partial
-sums `δ (1 - 1/(n+1))`, the pooling max caliber and the rank-prefix selection bound.
+saturations (`Metric.saturation`), telescoping allowances and spends (`Ledger.telescopeDelta`,
+`Ledger.spent`), the pooling max caliber and the rank-prefix selection bound; the transfer
+coefficients of the softmax-to-TV bridges and the algebraic cores of the e-form and two-sided
+meters, read from Python's code path run on rational stand-ins for the exponentials, against
+the definitions of `WitCert/Sharp.lean` (`Analytic.sharpOscArg`, `Analytic.sharpLinfArg`,
+`Analytic.eformArg`, `Analytic.eformBridgeCore`, `Analytic.affineSlopeArg`,
+`Analytic.eformCore`, `Analytic.twoSidedCore`), each tied there to its theorem.
 -/
 
 namespace WitCert.GeneratedChecks
@@ -32,6 +40,32 @@ open WitCert
 def mk {s t : Site} (i : Metric s) (o : Metric t) (a b delta : Rat) (tier : Tier)
     (cap : Option Rat) : Contract i o :=
   ⟨a, b, delta, tier, Contract.capDomain cap⟩
+
+/-! ### The meters' statements use the cores of `WitCert/Sharp.lean`
+
+`Meters.tv_eform_sound` and `Meters.tv_two_sided_sound` restated with `Analytic.eformCore` and
+`Analytic.twoSidedCore` (proved from the theorems by unfolding): the cores checked below are
+the ones those statements bound `TV` by. -/
+
+section MeterTies
+
+open WitCert.Analytic
+
+variable {α : Type} [Lean.Grind.Field α] [LE α] [LT α] [Std.LawfulOrderLT α]
+  [Std.IsLinearOrder α] [Lean.Grind.OrderedRing α]
+
+example {β : Type} (E : ExpLaws α) (z z' c : β → α) (L : List β) (hL : L ≠ [])
+    (hc : ∀ t ∈ L, absA (z t - z' t) ≤ c t) :
+    tv (softmax E z L) (softmax E z' L) L ≤ eformCore (Meters.aPlus E z' c L) :=
+  Meters.tv_eform_sound E z z' c L hL hc
+
+example {β : Type} (E : ExpLaws α) (z z' c : β → α) (L : List β) (hL : L ≠ [])
+    (hc : ∀ t ∈ L, absA (z t - z' t) ≤ c t) :
+    tv (softmax E z L) (softmax E z' L) L ≤
+      twoSidedCore (Meters.aPlus E z' c L) (Meters.aMinus E z' c L) :=
+  Meters.tv_two_sided_sound E z z' c L hL hc
+
+end MeterTies
 
 /-! ### Series composition -/
 
@@ -677,98 +711,100 @@ example : (Metric.pooledError .atConsume).saturation = none := by decide +kernel
 /-! ### Telescoping budget -/
 
 example :
-    ((List.range 1).map fun i : Nat =>
-      (57/128 : Rat) / (((i : Rat) + 1) * ((i : Rat) + 2))).sum =
+    ((List.range 1).map (Ledger.telescopeDelta (57/128 : Rat))).sum =
       (57/256 : Rat) := by
   decide +kernel
 
-example : (57/128 : Rat) * (1 - 1 / (1 + 1)) = (57/256 : Rat) := by decide +kernel
+example : Ledger.spent (57/128 : Rat) 1 = (57/256 : Rat) := by decide +kernel
 
-example : (57/256 : Rat) < (57/128 : Rat) := by decide +kernel
+example : Ledger.spent (57/128 : Rat) 1 < (57/128 : Rat) := by decide +kernel
 
-example : (57/128 : Rat) / ((0 + 1) * (0 + 2)) = (57/256 : Rat) := by decide +kernel
+example : Ledger.telescopeDelta (57/128 : Rat) 0 = (57/256 : Rat) := by decide +kernel
 
 example :
-    ((List.range 1).map fun i : Nat =>
-      (3/250 : Rat) / (((i : Rat) + 1) * ((i : Rat) + 2))).sum =
+    ((List.range 1).map (Ledger.telescopeDelta (3/250 : Rat))).sum =
       (3/500 : Rat) := by
   decide +kernel
 
-example : (3/250 : Rat) * (1 - 1 / (1 + 1)) = (3/500 : Rat) := by decide +kernel
+example : Ledger.spent (3/250 : Rat) 1 = (3/500 : Rat) := by decide +kernel
 
-example : (3/500 : Rat) < (3/250 : Rat) := by decide +kernel
+example : Ledger.spent (3/250 : Rat) 1 < (3/250 : Rat) := by decide +kernel
 
-example : (3/250 : Rat) / ((0 + 1) * (0 + 2)) = (3/500 : Rat) := by decide +kernel
+example : Ledger.telescopeDelta (3/250 : Rat) 0 = (3/500 : Rat) := by decide +kernel
 
 example :
-    ((List.range 3).map fun i : Nat =>
-      (57/1000 : Rat) / (((i : Rat) + 1) * ((i : Rat) + 2))).sum =
+    ((List.range 3).map (Ledger.telescopeDelta (57/1000 : Rat))).sum =
       (171/4000 : Rat) := by
   decide +kernel
 
-example : (57/1000 : Rat) * (1 - 1 / (3 + 1)) = (171/4000 : Rat) := by decide +kernel
+example : Ledger.spent (57/1000 : Rat) 3 = (171/4000 : Rat) := by decide +kernel
 
-example : (171/4000 : Rat) < (57/1000 : Rat) := by decide +kernel
+example : Ledger.spent (57/1000 : Rat) 3 < (57/1000 : Rat) := by decide +kernel
 
-example : (57/1000 : Rat) / ((2 + 1) * (2 + 2)) = (19/4000 : Rat) := by decide +kernel
+example : Ledger.telescopeDelta (57/1000 : Rat) 0 = (57/2000 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (57/1000 : Rat) 2 = (19/4000 : Rat) := by decide +kernel
 
 example :
-    ((List.range 2).map fun i : Nat =>
-      (11/500 : Rat) / (((i : Rat) + 1) * ((i : Rat) + 2))).sum =
+    ((List.range 2).map (Ledger.telescopeDelta (11/500 : Rat))).sum =
       (11/750 : Rat) := by
   decide +kernel
 
-example : (11/500 : Rat) * (1 - 1 / (2 + 1)) = (11/750 : Rat) := by decide +kernel
+example : Ledger.spent (11/500 : Rat) 2 = (11/750 : Rat) := by decide +kernel
 
-example : (11/750 : Rat) < (11/500 : Rat) := by decide +kernel
+example : Ledger.spent (11/500 : Rat) 2 < (11/500 : Rat) := by decide +kernel
 
-example : (11/500 : Rat) / ((1 + 1) * (1 + 2)) = (11/3000 : Rat) := by decide +kernel
+example : Ledger.telescopeDelta (11/500 : Rat) 0 = (11/1000 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (11/500 : Rat) 1 = (11/3000 : Rat) := by decide +kernel
 
 example :
-    ((List.range 2).map fun i : Nat =>
-      (17/25 : Rat) / (((i : Rat) + 1) * ((i : Rat) + 2))).sum =
+    ((List.range 2).map (Ledger.telescopeDelta (17/25 : Rat))).sum =
       (34/75 : Rat) := by
   decide +kernel
 
-example : (17/25 : Rat) * (1 - 1 / (2 + 1)) = (34/75 : Rat) := by decide +kernel
+example : Ledger.spent (17/25 : Rat) 2 = (34/75 : Rat) := by decide +kernel
 
-example : (34/75 : Rat) < (17/25 : Rat) := by decide +kernel
+example : Ledger.spent (17/25 : Rat) 2 < (17/25 : Rat) := by decide +kernel
 
-example : (17/25 : Rat) / ((1 + 1) * (1 + 2)) = (17/150 : Rat) := by decide +kernel
+example : Ledger.telescopeDelta (17/25 : Rat) 0 = (17/50 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (17/25 : Rat) 1 = (17/150 : Rat) := by decide +kernel
 
 example :
-    ((List.range 10).map fun i : Nat =>
-      (11/100 : Rat) / (((i : Rat) + 1) * ((i : Rat) + 2))).sum =
+    ((List.range 10).map (Ledger.telescopeDelta (11/100 : Rat))).sum =
       (1/10 : Rat) := by
   decide +kernel
 
-example : (11/100 : Rat) * (1 - 1 / (10 + 1)) = (1/10 : Rat) := by decide +kernel
+example : Ledger.spent (11/100 : Rat) 10 = (1/10 : Rat) := by decide +kernel
 
-example : (1/10 : Rat) < (11/100 : Rat) := by decide +kernel
+example : Ledger.spent (11/100 : Rat) 10 < (11/100 : Rat) := by decide +kernel
 
-example : (11/100 : Rat) / ((9 + 1) * (9 + 2)) = (1/1000 : Rat) := by decide +kernel
+example : Ledger.telescopeDelta (11/100 : Rat) 0 = (11/200 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (11/100 : Rat) 9 = (1/1000 : Rat) := by decide +kernel
 
 example :
-    ((List.range 2).map fun i : Nat =>
-      (9/125 : Rat) / (((i : Rat) + 1) * ((i : Rat) + 2))).sum =
+    ((List.range 2).map (Ledger.telescopeDelta (9/125 : Rat))).sum =
       (6/125 : Rat) := by
   decide +kernel
 
-example : (9/125 : Rat) * (1 - 1 / (2 + 1)) = (6/125 : Rat) := by decide +kernel
+example : Ledger.spent (9/125 : Rat) 2 = (6/125 : Rat) := by decide +kernel
 
-example : (6/125 : Rat) < (9/125 : Rat) := by decide +kernel
+example : Ledger.spent (9/125 : Rat) 2 < (9/125 : Rat) := by decide +kernel
 
-example : (9/125 : Rat) / ((1 + 1) * (1 + 2)) = (3/250 : Rat) := by decide +kernel
+example : Ledger.telescopeDelta (9/125 : Rat) 0 = (9/250 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (9/125 : Rat) 1 = (3/250 : Rat) := by decide +kernel
 
 example :
-    ((List.range 0).map fun i : Nat =>
-      (1/2 : Rat) / (((i : Rat) + 1) * ((i : Rat) + 2))).sum =
+    ((List.range 0).map (Ledger.telescopeDelta (1/2 : Rat))).sum =
       (0 : Rat) := by
   decide +kernel
 
-example : (1/2 : Rat) * (1 - 1 / (0 + 1)) = (0 : Rat) := by decide +kernel
+example : Ledger.spent (1/2 : Rat) 0 = (0 : Rat) := by decide +kernel
 
-example : (0 : Rat) < (1/2 : Rat) := by decide +kernel
+example : Ledger.spent (1/2 : Rat) 0 < (1/2 : Rat) := by decide +kernel
 
 /-! ### Pooling, max caliber -/
 
@@ -957,6 +993,106 @@ def sel5All : List (Rat × Rat) :=
 example : ((0 : Rat) + (0 : Rat)) / 2 = (0 : Rat) := by decide +kernel
 
 example : Bridges.tv sel5All ≤ (0 : Rat) + Bridges.tv sel5Common := by decide +kernel
+
+/-! ### Softmax-to-TV bridges: transfer coefficients -/
+
+-- `bridges.softmax_tv_tanh_osc`: the transfer's parameter k = 1/4 is the argument of `tanh` at 1.
+example : Analytic.sharpOscArg (1 : Rat) = (1/4 : Rat) := by decide +kernel
+
+example : Analytic.sharpOscArg (1/8 : Rat) = (1/32 : Rat) := by decide +kernel
+
+example : Analytic.sharpOscArg (3/4 : Rat) = (3/16 : Rat) := by decide +kernel
+
+example : Analytic.sharpOscArg (2 : Rat) = (1/2 : Rat) := by decide +kernel
+
+example : Analytic.sharpOscArg (5/16 : Rat) = (5/64 : Rat) := by decide +kernel
+
+-- `bridges.softmax_tv_tanh`: the transfer's parameter k = 1/2 is the argument of `tanh` at 1.
+example : Analytic.sharpLinfArg (1 : Rat) = (1/2 : Rat) := by decide +kernel
+
+example : Analytic.sharpLinfArg (1/8 : Rat) = (1/16 : Rat) := by decide +kernel
+
+example : Analytic.sharpLinfArg (3/4 : Rat) = (3/8 : Rat) := by decide +kernel
+
+example : Analytic.sharpLinfArg (2 : Rat) = (1 : Rat) := by decide +kernel
+
+example : Analytic.sharpLinfArg (5/16 : Rat) = (5/32 : Rat) := by decide +kernel
+
+-- `bridges.softmax_tv_eform`: `(exp(2x) - 1) / 2` at a rational stand-in for `exp`.
+
+example : Analytic.eformArg (1/8 : Rat) = (1/4 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (9/8 : Rat) = (1/16 : Rat) := by decide +kernel
+
+example : Analytic.eformArg (3/4 : Rat) = (3/2 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (5/4 : Rat) = (1/8 : Rat) := by decide +kernel
+
+example : Analytic.eformArg (2 : Rat) = (4 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (3/2 : Rat) = (1/4 : Rat) := by decide +kernel
+
+example : Analytic.eformArg (5/16 : Rat) = (5/8 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (17/16 : Rat) = (1/32 : Rat) := by decide +kernel
+
+-- `bridges.selector_mass_eform`: `(exp(2x) - 1) / 2` at a rational stand-in for `exp`.
+
+example : Analytic.eformArg (1/8 : Rat) = (1/4 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (9/8 : Rat) = (1/16 : Rat) := by decide +kernel
+
+example : Analytic.eformArg (3/4 : Rat) = (3/2 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (5/4 : Rat) = (1/8 : Rat) := by decide +kernel
+
+example : Analytic.eformArg (2 : Rat) = (4 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (3/2 : Rat) = (1/4 : Rat) := by decide +kernel
+
+example : Analytic.eformArg (5/16 : Rat) = (5/8 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (17/16 : Rat) = (1/32 : Rat) := by decide +kernel
+
+-- `bridges.softmax_tv_affine`: the slope `exp(2 eps0)` on the domain `e_in <= eps0`; the library
+-- computes it as `2 (e-form) + 1`, at a rational stand-in for `exp`.
+
+-- eps0 = 1/8: slope 9/8 = the stand-in for exp 1/4, cap 1/8.
+example : Analytic.affineSlopeArg (1/8 : Rat) = (1/4 : Rat) := by decide +kernel
+
+-- eps0 = 3/4: slope 5/4 = the stand-in for exp 3/2, cap 3/4.
+example : Analytic.affineSlopeArg (3/4 : Rat) = (3/2 : Rat) := by decide +kernel
+
+-- eps0 = 2: slope 3/2 = the stand-in for exp 4, cap 2.
+example : Analytic.affineSlopeArg (2 : Rat) = (4 : Rat) := by decide +kernel
+
+/-! ### Meters: the e-form and two-sided cores -/
+
+-- `tv_forms._eform_raw(log A)` and `tv_forms._two_sided_raw(log A, log A-)` at rational `A`, `A-`.
+
+example : Analytic.eformCore (1 : Rat) = (0 : Rat) := by decide +kernel
+
+example : Analytic.twoSidedCore (1 : Rat) (1 : Rat) = (0 : Rat) := by decide +kernel
+
+example : Analytic.eformCore (9/8 : Rat) = (17/128 : Rat) := by decide +kernel
+
+example : Analytic.twoSidedCore (9/8 : Rat) (7/8 : Rat) = (16/63 : Rat) := by decide +kernel
+
+example : Analytic.eformCore (5/4 : Rat) = (9/32 : Rat) := by decide +kernel
+
+example : Analytic.twoSidedCore (5/4 : Rat) (3/4 : Rat) = (8/15 : Rat) := by decide +kernel
+
+example : Analytic.eformCore (3/2 : Rat) = (5/8 : Rat) := by decide +kernel
+
+example : Analytic.twoSidedCore (3/2 : Rat) (5/8 : Rat) = (119/120 : Rat) := by decide +kernel
+
+example : Analytic.eformCore (33/32 : Rat) = (65/2048 : Rat) := by decide +kernel
+
+example : Analytic.twoSidedCore (33/32 : Rat) (31/32 : Rat) = (64/1023 : Rat) := by decide +kernel
+
+example : Analytic.eformCore (2 : Rat) = (3/2 : Rat) := by decide +kernel
+
+example : Analytic.twoSidedCore (2 : Rat) (1/2 : Rat) = (15/8 : Rat) := by decide +kernel
 
 end
 

@@ -15,6 +15,12 @@ If every logit shift `Δ_t = z'_t − z_t` lies in `[m, M]`, then
 ## Main definitions
 
 * `WitCert.Analytic.tanhE`: `tanh y = (exp (2y) − 1)/(exp (2y) + 1)` from the exponential.
+* `WitCert.Analytic.sharpOscArg`, `WitCert.Analytic.sharpLinfArg`, `WitCert.Analytic.eformArg`,
+  `WitCert.Analytic.eformBridgeCore`, `WitCert.Analytic.affineSlopeArg`,
+  `WitCert.Analytic.eformCore`, `WitCert.Analytic.twoSidedCore`: the transfer coefficients and
+  algebraic cores of the softmax-to-TV statements, as definitions that the generated checks
+  (`WitCert.GeneratedChecks`) evaluate against Python's values. Each is tied to its statement
+  by an `example` below it, proved from the theorem itself by unfolding.
 
 ## Main statements
 
@@ -224,6 +230,97 @@ theorem softmax_tv_tanh_sound {β : Type} (E : ExpLaws α) (z z' : β → α) (L
     exact E.exp_le_exp (by grind)
   exact tv_le_tanh_of_ratio (fun t => E.exp (z t)) (fun t => E.exp (z' t)) L hL
     (fun t _ => E.exp_pos _) (E.exp_pos m) hs hlo hhi
+
+end WitCert.Analytic
+
+/-! ### The coefficients of the statements, as definitions
+
+Each definition below is the piece of a softmax-to-TV statement that Python evaluates with its
+own constants. The `example` after it re-derives the statement's bound in terms of the
+definition from the theorem itself (`exact`, by unfolding), so a definition that drifted from
+its statement fails here, and `WitCert.GeneratedChecks` compares each definition, evaluated
+over `Rat`, with the value Python's code computes. -/
+
+namespace WitCert.Analytic
+
+section Coefficients
+
+variable {α : Type} [Lean.Grind.Field α]
+
+/-- The argument of `tanh` in `softmax_tv_tanh_sound` for a logit oscillation `osc = M − m`:
+`osc / 4`. Python: the `k = 1/4` of `bridges.softmax_tv_tanh_osc`. -/
+@[expose] def sharpOscArg (osc : α) : α := osc / 4
+
+/-- The argument of `tanh` for a sup-norm logit error `ε`: every shift lies in `[−ε, ε]`, an
+oscillation of `ε − (−ε)`, so `sharpOscArg (ε − (−ε)) = ε / 2`. Python: the `k = 1/2` of
+`bridges.softmax_tv_tanh`. -/
+@[expose] def sharpLinfArg (ε : α) : α := sharpOscArg (ε - -ε)
+
+/-- The argument of `exp` in `softmax_tv_eform_sound`: `2 ε`. -/
+@[expose] def eformArg (ε : α) : α := 2 * ε
+
+/-- The bound of `softmax_tv_eform_sound` as a function of `x = exp (2ε)`: `½ (x − 1)`. Python:
+`TransferKind.EXP_TV`, `(exp(2x) − 1) / 2`. -/
+@[expose] def eformBridgeCore (x : α) : α := (1 / 2) * (x - 1)
+
+/-- The argument of `exp` in the slope of `softmax_tv_affine_sound`: `2 ε₀`. Python: the slope
+`exp(2 eps0)` of `bridges.softmax_tv_affine`. -/
+@[expose] def affineSlopeArg (ε₀ : α) : α := 2 * ε₀
+
+/-- The e-form meter's algebraic core `½ (A² − 1)` (`tv_le_eform_of_ratio`,
+`Meters.tv_eform_sound`). Python: `tv_forms._eform_raw`. -/
+@[expose] def eformCore (A : α) : α := (1 / 2) * (A * A - 1)
+
+/-- The two-sided meter's algebraic core `½ (A/A⁻ − A⁻/A)` (`tv_le_two_sided_of_ratio`,
+`Meters.tv_two_sided_sound`). Python: `tv_forms._two_sided_raw`. -/
+@[expose] def twoSidedCore (A Am : α) : α := (1 / 2) * (A / Am - Am / A)
+
+end Coefficients
+
+variable {α : Type} [Lean.Grind.Field α] [LE α] [LT α] [Std.LawfulOrderLT α]
+  [Std.IsLinearOrder α] [Lean.Grind.OrderedRing α]
+
+/-- `softmax_tv_tanh_sound` with its argument as `sharpOscArg`. -/
+example {β : Type} (E : ExpLaws α) (z z' : β → α) (L : List β) (hL : L ≠ []) {m M : α}
+    (hm : ∀ t ∈ L, m ≤ z' t - z t) (hM : ∀ t ∈ L, z' t - z t ≤ M) :
+    tv (softmax E z L) (softmax E z' L) L ≤ tanhE E (sharpOscArg (M - m)) :=
+  softmax_tv_tanh_sound E z z' L hL hm hM
+
+/-- The sup-norm form: `|z_t − z'_t| ≤ ε` gives `TV ≤ tanh (sharpLinfArg ε)`, from
+`softmax_tv_tanh_sound` with `m = −ε`, `M = ε`. -/
+example {β : Type} (E : ExpLaws α) (z z' : β → α) (L : List β) (hL : L ≠ []) (ε : α)
+    (hε : ∀ t ∈ L, absA (z t - z' t) ≤ ε) :
+    tv (softmax E z L) (softmax E z' L) L ≤ tanhE E (sharpLinfArg ε) :=
+  softmax_tv_tanh_sound E z z' L hL (m := -ε) (M := ε)
+    (fun t ht => by have := le_of_absA_le (hε t ht); grind)
+    (fun t ht => by have := le_of_absA_le (hε t ht); grind)
+
+/-- `softmax_tv_eform_sound` as `eformBridgeCore (exp (eformArg ε))`. -/
+example {β : Type} (E : ExpLaws α) (z z' : β → α) (L : List β) (hL : L ≠ []) (ε : α)
+    (hε : ∀ t ∈ L, absA (z t - z' t) ≤ ε) :
+    tv (softmax E z L) (softmax E z' L) L ≤ eformBridgeCore (E.exp (eformArg ε)) :=
+  softmax_tv_eform_sound E z z' L hL ε hε
+
+/-- `softmax_tv_affine_sound` with its slope as `exp (affineSlopeArg ε₀)`. -/
+example {β : Type} (E : ExpLaws α) (z z' : β → α) (L : List β) (hL : L ≠ []) {ε ε₀ : α}
+    (h0 : 0 ≤ ε) (hε₀ : ε ≤ ε₀) (hε : ∀ t ∈ L, absA (z t - z' t) ≤ ε) :
+    tv (softmax E z L) (softmax E z' L) L ≤ E.exp (affineSlopeArg ε₀) * ε :=
+  softmax_tv_affine_sound E z z' L hL h0 hε₀ hε
+
+/-- `tv_le_eform_of_ratio` as `eformCore A`. -/
+example {β : Type} (u v k : β → α) (L : List β) (hL : L ≠ [])
+    (hu : ∀ t ∈ L, 0 < u t) (hv : ∀ t ∈ L, 0 < v t) (hk : ∀ t ∈ L, 0 < k t)
+    (huv : ∀ t ∈ L, u t ≤ k t * v t) (hvu : ∀ t ∈ L, v t ≤ k t * u t) :
+    tv (fun t => u t / lsum u L) (fun t => v t / lsum v L) L ≤ eformCore (meterA v k L) :=
+  tv_le_eform_of_ratio u v k L hL hu hv hk huv hvu
+
+/-- `tv_le_two_sided_of_ratio` as `twoSidedCore A A⁻`. -/
+example {β : Type} (u v k : β → α) (L : List β) (hL : L ≠ [])
+    (hu : ∀ t ∈ L, 0 < u t) (hv : ∀ t ∈ L, 0 < v t) (hk : ∀ t ∈ L, 1 ≤ k t)
+    (huv : ∀ t ∈ L, u t ≤ k t * v t) (hvu : ∀ t ∈ L, v t ≤ k t * u t) :
+    tv (fun t => u t / lsum u L) (fun t => v t / lsum v L) L ≤
+      twoSidedCore (meterA v k L) (meterAm v k L) :=
+  tv_le_two_sided_of_ratio u v k L hL hu hv hk huv hvu
 
 end WitCert.Analytic
 

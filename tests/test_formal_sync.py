@@ -1,0 +1,131 @@
+"""The fast formal sync check, ``scripts/check_formal_sync.sh``: green on the tree, red on drift.
+
+The drifts are planted in a scratch copy of what the script reads (the library, the two
+scripts, the generated Lean file, the statement lock), never in the tree itself: the sharp
+bridge's ``tanh(osc/4)`` turned into ``tanh(osc/2)``, a changed telescoping allowance, and an
+edited lock statement.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = Path("scripts") / "check_formal_sync.sh"
+NEEDED = (SCRIPT, Path("scripts") / "gen_lean_checks.py", Path("scripts") / "statement_lock.py",
+          Path("formal") / "WitCert" / "GeneratedChecks.lean",
+          Path("formal") / "statements.lock.json")
+
+
+def _run(root: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHON"] = sys.executable
+    return subprocess.run(["bash", str(root / SCRIPT)], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    """A copy of exactly what the sync check reads."""
+    shutil.copytree(ROOT / "witcert_calculus", tmp_path / "witcert_calculus",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for rel in NEEDED:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, tmp_path / rel)
+    return tmp_path
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{path.name}: expected exactly one {old!r}"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_sync_check_passes_on_the_tree() -> None:
+    proc = _run(ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "formal-sync: ok" in proc.stdout
+
+
+def test_sync_check_passes_on_an_unchanged_copy(scratch: Path) -> None:
+    proc = _run(scratch)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_sync_check_fails_on_the_sharp_bridge_at_osc_over_2(scratch: Path) -> None:
+    _edit(scratch / "witcert_calculus" / "bridges.py",
+          "Transfer(TransferKind.TANH, Fraction(1, 4))",
+          "Transfer(TransferKind.TANH, Fraction(1, 2))")
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert "FAILED: generated checks" in proc.stderr
+    assert "statement lock" not in proc.stderr.split("drift in:")[-1]
+    # The diff names the drifted coefficient, checked against Lean's `sharpOscArg`.
+    assert re.search(r"^\+example : Analytic\.sharpOscArg \(1 : Rat\) = \(1/2 : Rat\)",
+                     proc.stderr, re.MULTILINE), proc.stderr
+
+
+def test_sync_check_fails_on_a_changed_telescoping_formula(scratch: Path) -> None:
+    _edit(scratch / "witcert_calculus" / "budget.py",
+          "return Probability.budget(delta_req).exact / ((k + 1) * (k + 2))",
+          "return Probability.budget(delta_req).exact / ((k + 1) * (k + 3))")
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    # Either the generator refuses (the allowances no longer sum to the closed form) or the
+    # regenerated telescoping checks differ from the committed ones.
+    assert "FAILED: generated checks" in proc.stderr, out
+    assert "telescoping" in out or "Ledger.telescopeDelta" in out, out
+
+
+def test_sync_check_fails_on_a_changed_closed_form(scratch: Path) -> None:
+    _edit(scratch / "witcert_calculus" / "budget.py",
+          "return Probability.budget(delta_req).exact * (1 - Fraction(1, k + 1))",
+          "return Probability.budget(delta_req).exact * (1 - Fraction(1, k + 2))")
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert "FAILED: generated checks" in proc.stderr
+
+
+def test_sync_check_fails_on_the_meter_core(scratch: Path) -> None:
+    _edit(scratch / "witcert_calculus" / "tv_forms.py",
+          "out: F64 = 0.5 * b * (b + 2.0)", "out: F64 = 0.5 * b * (b + 1.0)")
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert re.search(r"^\+example : Analytic\.eformCore ", proc.stderr, re.MULTILINE), proc.stderr
+
+
+def test_sync_check_fails_on_a_changed_lock_statement(scratch: Path) -> None:
+    lock = scratch / "formal" / "statements.lock.json"
+    text = lock.read_text(encoding="utf-8")
+    m = re.search(r'"WitCert\.Ledger\.telescope_partial_lt": "([^"]*)< δ"', text)
+    assert m is not None
+    lock.write_text(text.replace(m.group(0), m.group(0).replace("< δ", "≤ δ")), encoding="utf-8")
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert "FAILED: statement lock" in proc.stderr
+    assert "changed: WitCert.Ledger.telescope_partial_lt" in proc.stderr
+    assert "generated checks" not in proc.stderr.split("drift in:")[-1]
+
+
+def test_sync_check_fails_on_a_consistently_changed_telescoping_budget(scratch: Path) -> None:
+    """Both the allowance and its closed form halved: the library agrees with itself, so only
+    the comparison with the committed checks (and, in the Lean build, with
+    ``WitCert.Ledger.telescopeDelta`` / ``WitCert.Ledger.spent``) catches it."""
+    budget = scratch / "witcert_calculus" / "budget.py"
+    _edit(budget, "return Probability.budget(delta_req).exact / ((k + 1) * (k + 2))",
+          "return Probability.budget(delta_req).exact / (2 * (k + 1) * (k + 2))")
+    _edit(budget, "return Probability.budget(delta_req).exact * (1 - Fraction(1, k + 1))",
+          "return Probability.budget(delta_req).exact * (1 - Fraction(1, k + 1)) / 2")
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert "FAILED: generated checks" in proc.stderr
+    assert re.search(r"^\+example : Ledger\.(spent|telescopeDelta) ", proc.stderr,
+                     re.MULTILINE), proc.stderr
