@@ -265,6 +265,16 @@ def check_messages(module: str, code: int, out: str) -> list[str]:
     return problems
 
 
+def with_exporter(graph: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The module graph with the exporter added after every module.
+
+    The exporter's step cross-checks the theorems of every module's compiled ``.olean``
+    files (the root module and the generated checks included), so it may start only once
+    all of them are compiled and kept, not merely the modules that declare theorems.
+    """
+    return {**graph, EXPORTER: sorted(m for m in graph if m != EXPORTER)}
+
+
 def build(env: Env, jobs: int) -> tuple[list[str], float]:
     """Compile every module; return the problems found and the Lean wall time."""
     files = sorted(p for p in env.formal.rglob("*.lean")
@@ -277,7 +287,7 @@ def build(env: Env, jobs: int) -> tuple[list[str], float]:
     theorems = declared_theorems(env.formal, files, env.namespace)
     export_src = env.build / f"{EXPORTER}.lean"
     export_src.write_text(exporter_text(theorems), encoding="utf-8")
-    graph[EXPORTER] = sorted({m for _, m in theorems})
+    graph = with_exporter(graph)
     order = topo_order(graph)
     # Critical path first: among ready modules, start the one with the longest chain of
     # dependents.

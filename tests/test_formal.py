@@ -348,3 +348,16 @@ def test_formal_readme_module_table_is_current() -> None:
     assert render.table() in text, (
         "formal/README.md's module table is stale: run python scripts/render_formal_readme.py")
     assert "`witcert_calculus.bridges`" in render.table()
+
+
+def test_the_exporter_runs_after_every_module() -> None:
+    """The exporter's cross-check reads every module's compiled .olean files, the root module
+    and the generated checks included (they declare no theorem): a clean parallel build must
+    not start it before all of them are compiled."""
+    files = [p for p in lean_sources() if p.stem not in lean_driver.OFFICIAL_ONLY]
+    graph = lean_driver.module_graph(ROOT / "formal", files)
+    full = lean_driver.with_exporter(graph)
+    assert set(full[lean_driver.EXPORTER]) == set(graph)
+    assert {"WitCert", "WitCert.GeneratedChecks"} <= set(full[lean_driver.EXPORTER])
+    order = lean_driver.topo_order(full)
+    assert order[-1] == lean_driver.EXPORTER
