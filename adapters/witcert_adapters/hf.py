@@ -372,11 +372,9 @@ class LayerLog:
         per_token = (sum(s.store_bytes for s in self.written) + self.index_bytes) / self.writes
         later = [s.pair_overlap.reshape(-1) for s in self.written if s.pair_overlap is not None]
         final = None
-        if self.pair_energy is not None:
-            m = int(pairs.shape[1])
-            now = torch.topk(self.pair_energy, m, dim=-1).indices
-            final = float((now.unsqueeze(-1) == pairs.unsqueeze(-2)).any(-1).to(
-                torch.float64).mean())
+        if self.pair_energy is not None:  # the energy of every token written, as one "token"
+            final = float(_pair_overlap(self.pair_energy.view(1, pairs.shape[0], 1, -1),
+                                        pairs).mean())
         return KeyStoreRecord(per_token, outlier_pairs=pairs.to(torch.int64).numpy(),
                               token_overlap=float(torch.cat(later).mean()) if later else None,
                               final_overlap=final)

@@ -126,6 +126,20 @@ class ReadRecord:
                                        np.where(self.out_bound > 0, np.inf, 0.0))
         return rel
 
+    def output_cells(self, *, threshold: float, min_position: int = 0
+                     ) -> tuple[int, int, int] | None:
+        """``(cells, output, joint)`` over cells at positions ``>= min_position``: how many
+        there are, how many have :meth:`relative_output` at most ``threshold``, and how many
+        have both it and the reported meter at most ``threshold`` (counted cell by cell);
+        ``None`` without an output bound."""
+        rel = self.relative_output()
+        if rel is None:
+            return None
+        sel = self.positions >= min_position
+        ok = rel[..., sel] <= threshold
+        joint = ok & (self.reported()[..., sel] <= threshold)
+        return int(ok.size), int(ok.sum()), int(joint.sum())
+
     def evidence(self, theorem: str) -> Evidence:
         """The evidence of a reading of this path's bounds that cites ``theorem``.
 

@@ -105,15 +105,12 @@ def output_line(run: LiveRun, plen: int, threshold: float) -> str | None:
     for layer in run.layers:
         read = run.read(layer)
         rel = read.relative_output()
+        out = read.output_cells(threshold=threshold, min_position=plen)
         audit = run.records[layer].audit
-        if rel is None or read.out_bound is None:
+        if rel is None or out is None or read.out_bound is None:
             return None
-        sel = read.positions >= plen
-        ok = rel[..., sel] <= threshold
-        cells += ok.size
-        hits += int(ok.sum())
-        joint += int((ok & (read.reported()[..., sel] <= threshold)).sum())
-        worst = max(worst, float(rel[..., sel].max()))
+        cells, hits, joint = cells + out[0], hits + out[1], joint + out[2]
+        worst = max(worst, float(rel[..., read.positions >= plen].max()))
         if audit is not None and audit.true_out is not None:
             bound = np.maximum(read.out_bound, 1e-300)
             ratio = max(ratio, float((audit.true_out / bound).max()))

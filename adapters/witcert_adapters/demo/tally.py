@@ -157,12 +157,11 @@ class SchemeTally:
             tv = rec.audit.true_tv
             self.max_true_tv = max(self.max_true_tv, float(tv.max()))
             self.violations += int((tv > run.reported(layer)).sum())
-            rel = run.read(layer).relative_output()
-            if rel is not None:
-                out_ok = rel[..., sel] <= threshold
-                self.out_hits += int(out_ok.sum())
-                self.joint_hits += int((out_ok & (rep <= threshold)).sum())
-                self.out_cells += int(out_ok.size)
+            out = run.read(layer).output_cells(threshold=threshold, min_position=plen)
+            if out is not None:
+                self.out_cells += out[0]
+                self.out_hits += out[1]
+                self.joint_hits += out[2]
             if rec.tier_b is not None:
                 rep_b = rec.tier_b.reported()
                 self.b_hits += int((rep_b[..., sel] <= threshold).sum())
