@@ -35,6 +35,7 @@ Main declarations
 - :func:`tv_bounds_batch`: every TV form as a :class:`witcert_calculus.tv_forms.TVBatch`,
   with the :class:`~witcert_calculus.tv_forms.TVBasis` its readings' evidence comes from;
   :func:`tv_tanh_max_batch`: the cheap form ``tanh(max c)`` alone (no attention weights).
+- :func:`forms_from_logs`: the e-form and two-sided form from ``log A`` and ``log A-``.
 - :func:`l2_norm_upper`: the Euclidean norm as an upper bound; :func:`l2_norm`, the plain
   norm (for reports, not a bound).
 - :func:`output_error_bound`: the attention-output error from TV and value residuals.
@@ -339,6 +340,27 @@ def _retention_raw(p: torch.Tensor, c: torch.Tensor, log_a: torch.Tensor,
     return 0.5 * torch.where(pos, p * per, 0.0).sum(dim=-1)
 
 
+def forms_from_logs(log_a: torch.Tensor, log_a_minus: torch.Tensor, cmax: torch.Tensor, *,
+                    tokens: int, exact: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """The e-form ``(A^2 - 1)/2`` and the two-sided form ``sinh(log A - log A-)`` from
+    ``log A`` and ``log A-``, rounded outward with the margin of
+    :func:`witcert_calculus.rounding.tv_margin` over ``tokens`` tokens.
+
+    Shared by :func:`tv_bounds_batch` and the fused decode meter
+    (:mod:`witcert_kernels.triton_decode`), which hands in an upper bound of ``log A`` and a
+    lower bound of ``log A-``. ``exact`` marks rows with ``c = 0`` everywhere (bound 0).
+
+    Returns:
+        ``(eform, two_sided, gamma, alpha)``: the two forms and the margin they used.
+    """
+    margin = tv_margin(tokens)
+    gamma = margin.gamma * (1.0 + (log_a.abs() + log_a_minus.abs() + cmax))
+    e = outward(_eform_raw(log_a), gamma=gamma, alpha=margin.alpha, exact=exact)
+    t = outward(torch.sinh(log_a - log_a_minus), gamma=gamma, alpha=margin.alpha, exact=exact)
+    return e, t, gamma, margin.alpha
+
+
 def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tensor, *,
                     check: bool = True, visible: torch.Tensor | None = None
                     ) -> TVBatch[torch.Tensor]:
@@ -406,13 +428,10 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
     log_p = _log_p(p, pos)
     la = _log_a_plus(p, cc, pos, log_p)
     lm = _log_a_minus(p, cc, pos, log_p)
-    margin = tv_margin(int(p.shape[-1]))
     cmax = torch.where(torch.isfinite(cc), cc, 0.0).amax(dim=-1)
-    gamma = margin.gamma * (1.0 + (la.abs() + lm.abs() + cmax))
     exact = cmax == 0  # c = 0 everywhere: A = A- = 1 exactly and the exact bound 0
-    e = outward(_eform_raw(la), gamma=gamma, alpha=margin.alpha, exact=exact)
-    t = outward(torch.sinh(la - lm), gamma=gamma, alpha=margin.alpha, exact=exact)
-    r = torch.minimum(outward(_retention_raw(p, cc, la, lm, pos), gamma=gamma, alpha=margin.alpha,
+    e, t, gamma, alpha = forms_from_logs(la, lm, cmax, tokens=int(p.shape[-1]), exact=exact)
+    r = torch.minimum(outward(_retention_raw(p, cc, la, lm, pos), gamma=gamma, alpha=alpha,
                               exact=exact), e)
     th = _tanh_max(cc)
     also: tuple[str, ...] = ()

@@ -1,0 +1,187 @@
+"""The fused decode attention + Tier-A meter kernel over paged caches: its output matches the
+torch reference, its meter matches the twin's and bounds the exact TV, and split-KV partials
+merge to the same bounds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from witcert_calculus.errors import InvalidValueError  # noqa: E402
+from witcert_calculus.witness import RopeLayout  # noqa: E402
+from witcert_kernels.meter import band_norms, logit_bound, tv_bounds_batch  # noqa: E402
+from witcert_kernels.triton_decode import fused_decode  # noqa: E402
+from witcert_kernels.triton_witness import witness_write  # noqa: E402
+
+LAYOUT = RopeLayout.HALF_SPLIT
+BANDS = 4
+
+
+class Paged:
+    """A paged cache of ``lens`` requests with shuffled pages, and its exact keys."""
+
+    def __init__(self, lens: list[int], *, kv_heads: int, d: int, page: int, seed: int,
+                 noise: float = 0.02) -> None:
+        g = torch.Generator().manual_seed(seed)
+        pages = [math.ceil(n / page) for n in lens]
+        total = sum(pages) + 3  # spare pages nobody reads
+        order = torch.randperm(total, generator=g)
+        self.page, self.lens = page, lens
+        self.indptr = torch.tensor(np.cumsum([0, *pages]), dtype=torch.int32)
+        self.indices = order[:sum(pages)].to(torch.int32)
+        slots = total * page
+        self.k = torch.randn(slots, kv_heads, d, generator=g)
+        self.k[:, :, 5] *= 8.0  # a massive channel
+        self.k_hat = self.k + noise * torch.randn(slots, kv_heads, d, generator=g)
+        self.v = torch.randn(slots, kv_heads, d, generator=g)
+        self.w = witness_write(self.k, self.k_hat, bands=BANDS, layout=LAYOUT)
+
+    def slots_of(self, b: int) -> torch.Tensor:
+        t = torch.arange(self.lens[b])
+        pages = self.indices[int(self.indptr[b]):int(self.indptr[b + 1])].to(torch.int64)
+        return pages[t // self.page] * self.page + t % self.page
+
+    def run(self, q: torch.Tensor, *, splits: int = 1, scale: float = 0.125,
+            witness: torch.Tensor | None = None) -> object:
+        qb = band_norms(q.double(), bands=BANDS, layout=LAYOUT)
+        return fused_decode(q, self.k_hat, self.v, self.w if witness is None else witness, qb,
+                            kv_indptr=self.indptr, kv_indices=self.indices,
+                            seq_lens=torch.tensor(self.lens, dtype=torch.int32),
+                            page_size=self.page, scale=scale, max_tokens=max(self.lens),
+                            splits=splits, block=16)
+
+
+def _reference(c: Paged, q: torch.Tensor, scale: float) -> dict[str, torch.Tensor]:
+    """Per row: the float64 output on the stored keys, the twin's meter on the same logits,
+    and the exact TV between attention on the exact and on the stored keys."""
+    bsz, heads, _ = q.shape
+    group = heads // int(c.k.shape[1])
+    out, meter, tv = [], [], []
+    for b in range(bsz):
+        sl = c.slots_of(b)
+        for h in range(heads):
+            kv = h // group
+            qh = q[b, h].double()
+            s_hat = (c.k_hat[sl, kv].double() @ qh) * scale
+            s = (c.k[sl, kv].double() @ qh) * scale
+            p_hat, p = torch.softmax(s_hat, 0), torch.softmax(s, 0)
+            out.append(p_hat @ c.v[sl, kv].double())
+            lb = logit_bound(q[b, h].double(), c.w[sl, kv].double(), scale=scale, layout=LAYOUT)
+            meter.append(tv_bounds_batch(p_hat, lb, visible=torch.tensor(len(sl))).meter)
+            tv.append(0.5 * (p - p_hat).abs().sum())
+    return {"output": torch.stack(out).view(bsz, heads, -1),
+            "meter": torch.stack(meter).view(bsz, heads),
+            "tv": torch.stack(tv).view(bsz, heads)}
+
+
+@pytest.mark.parametrize("page", [1, 16])
+@pytest.mark.parametrize("heads, kv_heads", [(4, 2), (4, 1), (2, 2)], ids=["gqa", "mqa", "mha"])
+def test_output_and_meter_match_the_references(page: int, heads: int, kv_heads: int) -> None:
+    lens = [37, 1, 16, 70]
+    c = Paged(lens, kv_heads=kv_heads, d=32, page=page, seed=page + heads + kv_heads)
+    q = torch.randn(len(lens), heads, 32, generator=torch.Generator().manual_seed(3))
+    got = c.run(q)
+    ref = _reference(c, q, 0.125)
+    err = ((got.output.double() - ref["output"]).abs().amax(-1)
+           / ref["output"].abs().amax(-1)).max()
+    assert float(err) < 1e-5, float(err)
+    # the meter equals the twin's on the same attention, up to the float32 logits' rounding
+    rel = ((got.meter - ref["meter"]).abs() / ref["meter"].clamp(min=1e-300)).max()
+    print(f"max relative error vs the reference: output {float(err):.2e}, meter {float(rel):.2e}")
+    assert float(rel) < 1e-4, float(rel)
+    assert bool((got.meter[:, :] >= ref["tv"]).all())  # sound: above the exact TV
+    assert bool((got.meter[1] == 0).all())  # one token: TV is exactly 0
+    assert bool((got.witness_min >= 0).all())
+
+
+def test_split_kv_merges_to_the_same_output_and_bounds() -> None:
+    c = Paged([90, 33, 5], kv_heads=2, d=32, page=16, seed=11)
+    q = torch.randn(3, 4, 32, generator=torch.Generator().manual_seed(1))
+    one = c.run(q, splits=1)
+    ref = _reference(c, q, 0.125)
+    for splits in (2, 3, 8):
+        many = c.run(q, splits=splits)
+        assert float((many.output - one.output).abs().max()) < 1e-6
+        assert float((many.lse - one.lse).abs().max()) < 1e-5
+        rel = ((many.meter - one.meter).abs() / one.meter).max()
+        assert float(rel) < 1e-9, (splits, float(rel))
+        assert bool((many.meter >= ref["tv"]).all())
+
+
+def test_the_meter_bounds_the_exact_tv_under_adversarial_queries() -> None:
+    """Queries along the key residuals: the logit errors are as large as the witnesses
+    allow, and the TV is far from 0; the bound still holds, row by row."""
+    c = Paged([64, 40], kv_heads=1, d=32, page=1, seed=5, noise=0.3)
+    q = torch.empty(2, 2, 32)
+    for b in range(2):
+        sl = c.slots_of(b)
+        r = (c.k_hat[sl, 0] - c.k[sl, 0])
+        q[b, 0] = 4 * r[0] / r[0].norm()
+        q[b, 1] = -6 * r.mean(0) / r.mean(0).norm()
+    got = c.run(q, splits=2, scale=1.0)
+    ref = _reference(c, q, 1.0)
+    assert float(ref["tv"].min()) > 1e-3
+    assert bool((torch.clamp(got.meter, max=1.0) >= ref["tv"]).all())
+    assert bool((got.tanh_max >= ref["tv"]).all())
+
+
+def test_lossless_rows_are_exactly_zero_and_overflow_saturates() -> None:
+    c = Paged([20, 9], kv_heads=2, d=32, page=1, seed=2)
+    q = torch.randn(2, 2, 32, generator=torch.Generator().manual_seed(0))
+    zero = c.run(q, witness=torch.zeros_like(c.w))
+    assert bool((zero.meter == 0).all()) and bool((zero.log_a == 0).all())
+    w = c.w.clone()
+    w[c.slots_of(0)[3], :, 1] = math.inf
+    sat = c.run(q, witness=w)
+    assert bool(torch.isinf(sat.meter[0]).all()) and bool(torch.isfinite(sat.meter[1]).all())
+    w[c.slots_of(1)[2], :, 0] = math.nan
+    bad = c.run(q, witness=w)
+    assert bool(torch.isnan(bad.meter[1]).all())  # never a finite certificate from a NaN
+
+
+def test_bad_input_is_a_typed_error() -> None:
+    c = Paged([8], kv_heads=3, d=32, page=1, seed=1)
+    q = torch.randn(1, 4, 32)
+    with pytest.raises(InvalidValueError, match="kv_heads"):
+        c.run(q)
+    q = torch.randn(1, 3, 32)
+    qb = band_norms(q.double(), bands=BANDS, layout=LAYOUT).float()
+    with pytest.raises(InvalidValueError, match="query_bands"):
+        fused_decode(q, c.k_hat, c.v, c.w, qb, kv_indptr=c.indptr, kv_indices=c.indices,
+                     seq_lens=torch.tensor([8]), page_size=1, scale=1.0, max_tokens=8)
+    with pytest.raises(InvalidValueError, match="scale"):
+        c.run(torch.randn(1, 3, 32), scale=0.0)
+
+
+def test_the_unmetered_kernel_gives_the_same_output() -> None:
+    from witcert_kernels.triton_decode import decode_attention
+
+    c = Paged([30, 12], kv_heads=2, d=32, page=16, seed=8)
+    q = torch.randn(2, 4, 32, generator=torch.Generator().manual_seed(6))
+    metered = c.run(q, splits=2)
+    out, lse = decode_attention(q, c.k_hat, c.v, kv_indptr=c.indptr, kv_indices=c.indices,
+                                seq_lens=torch.tensor(c.lens, dtype=torch.int32),
+                                page_size=16, scale=0.125, splits=2)
+    assert torch.equal(out, metered.output) and torch.equal(lse, metered.lse)
+
+
+def test_the_gpu_benchmark_runs_dry() -> None:
+    """``benchmarks/bench_kernels_gpu.py --dry`` runs the benchmark's code at toy sizes in
+    the interpreter and prints its ratio table (the GPU numbers come from a GPU run)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_kernels_gpu.py"),
+                           "--dry"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if line[:1] == " "]
+    assert [int(r[0]) for r in rows] == [16, 48]
+    assert all(float(r[3]) > 0 for r in rows)
+    assert "dither store" in proc.stdout and "witness write" in proc.stdout
