@@ -31,7 +31,6 @@ import torch  # noqa: E402
 
 from witcert_calculus.witness import RopeLayout  # noqa: E402
 from witcert_kernels.dither import exact_channels  # noqa: E402
-from witcert_kernels.meter import band_norms  # noqa: E402
 from witcert_kernels.triton_decode import decode_attention, fused_decode  # noqa: E402
 from witcert_kernels.triton_dither import DitherPool, dither_store  # noqa: E402
 from witcert_kernels.triton_witness import witness_write  # noqa: E402
@@ -76,12 +75,12 @@ def bench_decode(ctx: int, *, batch: int, heads: int, kv_heads: int, d: int, ban
     v = torch.randn(slots, kv_heads, d, generator=g).to(dev).half()
     w = witness_write(k, k_hat.float(), bands=bands, layout=LAYOUT)
     q = torch.randn(batch, heads, d, generator=g).to(dev).half()
-    qb = band_norms(q.double(), bands=bands, layout=LAYOUT)
     common = {"kv_indptr": indptr, "kv_indices": indices, "seq_lens": lens, "page_size": page,
               "scale": d ** -0.5, "splits": splits}
     return _side_by_side({
         "attention": lambda: decode_attention(q, k_hat, v, **common),
-        "attention+meter": lambda: fused_decode(q, k_hat, v, w, qb, max_tokens=ctx, **common),
+        "attention+meter": lambda: fused_decode(q, k_hat, v, w, layout=LAYOUT, max_tokens=ctx,
+                                               **common),
     }, iters, dev)
 
 

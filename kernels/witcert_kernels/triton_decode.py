@@ -69,6 +69,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, final
 
 import numpy as np
@@ -78,8 +79,14 @@ import triton.language as tl
 
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.rounding import TINY, logit_margin
+from witcert_calculus.theorems import TV_SINGLE_TOKEN
+from witcert_calculus.tv_forms import TVBasis
 from witcert_calculus.validation import UNIT_ROUNDOFF, positive_int, real
-from witcert_kernels.meter import _tanh_max, forms_from_logs  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.witness import RopeLayout
+from witcert_calculus.witness import _WITNESS_PREMISE  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.witness import _tier_a_evidence  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.meter import _tanh_max  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.meter import band_norms, forms_from_logs
 
 __all__ = ["FusedDecode", "decode_attention", "fused_decode"]
 
@@ -231,8 +238,13 @@ class FusedDecode:
         meter: the smaller of the two (what the meter reports; ``min(1, meter)`` is the TV
             bound).
         tanh_max: the comparison shape ``tanh(max_t c_t)``.
-        witness_min: the smallest witness read (the premise ``w >= 0`` is ``witness_min >= 0``,
-            computed on the device; ``inf`` for a row with no token).
+        witness_min: the smallest witness read (``inf`` for a row with no token).
+        basis: what the bounds rest on (:class:`~witcert_calculus.tv_forms.TVBasis`): the
+            logit bounds ``c_t`` were computed in the kernel from the stored witnesses and
+            the query's band norms (computed here, rounded outward; Lean
+            ``WitCert.Witness.logit_bound_sound``), with the premises computed on the device
+            (``w >= 0``, no NaN) and read only when ``basis.evidence(...)`` builds a
+            reading's evidence.
     """
 
     output: torch.Tensor
@@ -244,6 +256,7 @@ class FusedDecode:
     meter: torch.Tensor
     tanh_max: torch.Tensor
     witness_min: torch.Tensor
+    basis: TVBasis
 
 
 @final
@@ -335,7 +348,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
 
 def fused_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 witness: torch.Tensor, query_bands: torch.Tensor, *, kv_indptr: torch.Tensor,
+                 witness: torch.Tensor, *, layout: RopeLayout, kv_indptr: torch.Tensor,
                  kv_indices: torch.Tensor, seq_lens: torch.Tensor, page_size: int, scale: float,
                  max_tokens: int, splits: int = 1, block: int = 16) -> FusedDecode:
     """One decode step's attention and Tier-A meter over a paged cache, in one data pass.
@@ -345,8 +358,8 @@ def fused_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         k_cache: ``[slots, kv_heads, d]`` the keys as stored (any cache-preserving scheme).
         v_cache: ``[slots, kv_heads, dv]`` the values.
         witness: ``[slots, kv_heads, bands]`` float32 band witnesses of the key residuals.
-        query_bands: ``[B, H, bands]`` float64 band norms of the queries, rounded outward
-            (:func:`witcert_kernels.meter.band_norms` over the witnesses' bands).
+        layout: the rotary layout of queries and keys (the query's band norms are computed
+            here, over the witnesses' bands: :func:`witcert_kernels.meter.band_norms`).
         kv_indptr: ``[B + 1]`` each request's range of pages in ``kv_indices``.
         kv_indices: page ids.
         seq_lens: ``[B]`` tokens per request (at most ``max_tokens``; not read on the host).
@@ -364,6 +377,10 @@ def fused_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             scale, page size, split count or block, or CPU tensors without
             ``TRITON_INTERPRET=1``.
     """
+    if witness.ndim != 3:
+        raise InvalidValueError("witness", tuple(witness.shape), "must be [slots, kv_heads, bands]")
+    bands = int(witness.shape[-1])
+    query_bands = band_norms(q.to(torch.float64), bands=bands, layout=layout)
     part = _launch(q, k_cache, v_cache, witness, query_bands, kv_indptr=kv_indptr,
                    kv_indices=kv_indices, seq_lens=seq_lens, page_size=page_size, scale=scale,
                    max_tokens=max_tokens, splits=splits, block=block)
@@ -390,5 +407,16 @@ def fused_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     th = _tanh_max(torch.where(c_inf, math.inf, c_max).unsqueeze(-1))
     one = (seq_lens == 1).view(-1, 1).to(q.device)
     e, t, th = (torch.where(one, torch.zeros_like(x), x) for x in (e, t, th))
+    sc = float(scale)
+    checks: tuple[tuple[str, object], ...] = (
+        ("c_t >= |eps_t| for every token t: computed in the kernel from the stored witnesses and "
+         "the query's band norms, which are computed here (rounded outward) and not NaN",
+         (query_bands >= 0).all()),
+        (_WITNESS_PREMISE, (w_min >= 0).all()),
+        ("no witness, logit or bound read by the kernel is NaN", ~nan.any()))
+    basis = TVBasis(checks=checks, logit=_tier_a_evidence(scale=sc, bands=bands,
+                                                            query_bands=bands, witness_ok=None),
+                    delta=Fraction(0), also=(TV_SINGLE_TOKEN,))
     return FusedDecode(output=output, lse=lse, log_a=log_a, log_a_minus=log_am, eform=e,
-                       two_sided=t, meter=torch.minimum(e, t), tanh_max=th, witness_min=w_min)
+                       two_sided=t, meter=torch.minimum(e, t), tanh_max=th, witness_min=w_min,
+                       basis=basis)

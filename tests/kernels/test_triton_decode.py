@@ -48,8 +48,8 @@ class Paged:
 
     def run(self, q: torch.Tensor, *, splits: int = 1, scale: float = 0.125,
             witness: torch.Tensor | None = None) -> object:
-        qb = band_norms(q.double(), bands=BANDS, layout=LAYOUT)
-        return fused_decode(q, self.k_hat, self.v, self.w if witness is None else witness, qb,
+        return fused_decode(q, self.k_hat, self.v, self.w if witness is None else witness,
+                            layout=LAYOUT,
                             kv_indptr=self.indptr, kv_indices=self.indices,
                             seq_lens=torch.tensor(self.lens, dtype=torch.int32),
                             page_size=self.page, scale=scale, max_tokens=max(self.lens),
@@ -149,11 +149,10 @@ def test_bad_input_is_a_typed_error() -> None:
     q = torch.randn(1, 4, 32)
     with pytest.raises(InvalidValueError, match="kv_heads"):
         c.run(q)
-    q = torch.randn(1, 3, 32)
-    qb = band_norms(q.double(), bands=BANDS, layout=LAYOUT).float()
-    with pytest.raises(InvalidValueError, match="query_bands"):
-        fused_decode(q, c.k_hat, c.v, c.w, qb, kv_indptr=c.indptr, kv_indices=c.indices,
-                     seq_lens=torch.tensor([8]), page_size=1, scale=1.0, max_tokens=8)
+    with pytest.raises(InvalidValueError, match="witness"):
+        fused_decode(torch.randn(1, 3, 32), c.k_hat, c.v, c.w[:, :2], layout=LAYOUT,
+                     kv_indptr=c.indptr, kv_indices=c.indices, seq_lens=torch.tensor([8]),
+                     page_size=1, scale=1.0, max_tokens=8)
     with pytest.raises(InvalidValueError, match="scale"):
         c.run(torch.randn(1, 3, 32), scale=0.0)
 
@@ -185,3 +184,30 @@ def test_the_gpu_benchmark_runs_dry() -> None:
     assert [int(r[0]) for r in rows] == [16, 48]
     assert all(float(r[3]) > 0 for r in rows)
     assert "dither store" in proc.stdout and "witness write" in proc.stdout
+
+
+def test_the_kernels_bounds_become_readings_with_computed_premises() -> None:
+    """The engine-side path into the contracts: a reading of the fused meter cites the TV
+    theorems and the logit bound's theorem, with its premises read from the device; a
+    negative witness (a broken store) refuses the evidence instead of certifying."""
+    from witcert_calculus import AtConsume, AttentionTV, Reading, Tier
+    from witcert_calculus.errors import PremiseError
+    from witcert_calculus.theorems import LOGIT_BOUND_SOUND, TV_EFORM_SOUND
+    from witcert_calculus.tiers import theorems_of
+
+    c = Paged([40, 17], kv_heads=2, d=32, page=16, seed=4)
+    q = torch.randn(2, 4, 32, generator=torch.Generator().manual_seed(9))
+    got = c.run(q, splits=2)
+    worst = float(got.meter.max())
+    reading = Reading(AttentionTV[AtConsume], min(1.0, worst),
+                      evidence=got.basis.evidence(TV_EFORM_SOUND))
+    assert reading.tier is Tier.CERTIFIED
+    assert TV_EFORM_SOUND in theorems_of(reading.evidence)
+    # Tier A: the logit bound is certified, so its premise is stated by name, not composed
+    assert got.basis.logit is not None and LOGIT_BOUND_SOUND in theorems_of(got.basis.logit)
+    w = c.w.clone()
+    w[c.slots_of(0)[1], 0, 2] = -1.0
+    broken = c.run(q, witness=w)
+    with pytest.raises(PremiseError):
+        broken.basis.evidence(TV_EFORM_SOUND)
+
