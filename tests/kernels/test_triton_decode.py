@@ -14,7 +14,7 @@ pytest.importorskip("triton")
 
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
 from witcert_calculus.witness import RopeLayout  # noqa: E402
-from witcert_kernels.meter import band_norms, logit_bound, tv_bounds_batch  # noqa: E402
+from witcert_kernels.meter import logit_bound, tv_bounds_batch  # noqa: E402
 from witcert_kernels.triton_decode import fused_decode  # noqa: E402
 from witcert_kernels.triton_witness import witness_write  # noqa: E402
 
