@@ -8,8 +8,11 @@
 # Lean compiled into the .olean files are not exactly the exported ones.
 #
 # Usage: scripts/lean_build.sh [--jobs N]      (N parallel Lean processes, default 2)
-# Unchanged modules are skipped (hash stamps in formal/build/stamps); a clean checkout builds
-# everything. The packages are cached in .cache/lean (ignored by git).
+# Unchanged modules are skipped (hash stamps in formal/build/stamps). A module compiled before
+# on this machine from the same inputs and the same Lean binary is restored from the module
+# cache in ~/.cache/witcert-calculus/lean-modules (WITCERT_LEAN_CACHE=DIR moves it,
+# WITCERT_LEAN_CACHE=off disables it: a clean checkout then builds everything). The packages
+# are cached in .cache/lean (ignored by git).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="$ROOT/.cache/lean"

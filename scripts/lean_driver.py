@@ -12,7 +12,10 @@ Called by ``scripts/lean_build.sh`` once the npm packages are installed. Steps:
 2. Compile every module under ``formal/`` in dependency order, two at a time where
    independent, into ``formal/build/olean``. A module whose source and dependencies
    did not change since its last successful compile is skipped (hash stamps in
-   ``formal/build/stamps``); a clean checkout has no stamps and builds everything.
+   ``formal/build/stamps``); a clean checkout has no stamps. A module compiled before on
+   this machine from the very same inputs (the same stamp and the same Lean binary, checked
+   by SHA-256) is restored from the machine-wide module cache (:func:`module_cache_dir`;
+   ``WITCERT_LEAN_CACHE=off`` disables it); anything else is compiled.
    Any error, or any ``declaration uses 'sorry'`` warning, fails the build.
 3. Generate the exporter (``#check @Name`` for every public theorem of the
    ``WitCert`` namespace found in the sources), run it, and write
@@ -28,12 +31,19 @@ DIR --namespace NS`` compiles ``DIR`` and writes ``DIR/build/theorems.json`` in 
 format, which ``witcert_calculus.theorems.register_theorems`` reads; ``--ship`` copies this
 repository's export into the package (``witcert_calculus/lean_export.json``).
 
+On an official toolchain the same export comes from ``lake build`` and ``lake exe
+axiom_audit > formal/build/axioms.json``: ``--from-audit formal/build/axioms.json`` runs the
+source audit, checks every row's axioms (``Lean.collectAxioms``), and writes
+``formal/build/theorems.json`` in this format (:func:`export_from_audit`), so the tests and the
+statement lock accept the output of either path.
+
 The wasm Lean sees only ``/tmp`` and ``/home`` (its Node file system mounts
 nothing else), so sources, library and outputs are staged under ``/tmp``.
 
 Main declarations:
 
 - :func:`main`: the command-line entry point.
+- :func:`export_from_audit`, :func:`normalize_statement`: the official-toolchain path.
 - :func:`module_graph`, :func:`filter_output`, :func:`parse_checks`; re-exported from
   ``lean_audit``: :func:`audit_sources`, :func:`declared_theorems`, :func:`crosscheck`.
 """
@@ -248,6 +258,85 @@ def _stamp(env: Env, module: str, src_text: str, dep_stamps: list[str]) -> str:
     return h.hexdigest()
 
 
+MODULE_CACHE_ENV = "WITCERT_LEAN_CACHE"
+"""Environment variable: the machine-wide module cache's folder, or ``off``."""
+
+
+def module_cache_dir() -> Path | None:
+    """The machine-wide cache of compiled modules, shared by every checkout on this machine.
+
+    ``$WITCERT_LEAN_CACHE`` (a folder; ``off`` disables it), by default
+    ``${XDG_CACHE_HOME:-~/.cache}/witcert-calculus/lean-modules``. An entry is keyed by the
+    module's stamp (its name, its source, its dependencies' stamps, recursively) and the
+    SHA-256 of the Lean WebAssembly binary, so it is reused only for the very same inputs
+    and the very same Lean; a clean checkout with an empty cache builds everything.
+    """
+    value = os.environ.get(MODULE_CACHE_ENV, "")
+    if value.strip().lower() == "off":
+        return None
+    if value.strip():
+        return Path(value)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "witcert-calculus" / "lean-modules"
+
+
+def lean_id(env: Env) -> str:
+    """SHA-256 of the Lean WebAssembly binary and its loader (the module cache's Lean key)."""
+    h = hashlib.sha256()
+    for f in (env.lean_js, env.lean_js.parent / "lean.wasm"):
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def cache_key(stamp: str, lean: str) -> str:
+    """The cache entry of a module: its stamp and the Lean binary's hash."""
+    return hashlib.sha256(f"{stamp}\0{lean}".encode()).hexdigest()
+
+
+def cache_store(cache: Path, key: str, outputs: list[Path], base: Path, log: str) -> None:
+    """Keep a module's compiled outputs (relative to ``base``) and its log under ``key``.
+
+    Written to a temporary folder and renamed into place, so a reader never sees half an
+    entry; an entry that exists is left as it is (same key, same content).
+    """
+    entry = cache / key
+    if entry.exists():
+        return
+    tmp = cache / f".{key}.{os.getpid()}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    for f in outputs:
+        dst = tmp / "out" / f.relative_to(base)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dst)
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "log").write_text(log, encoding="utf-8")
+    try:
+        tmp.rename(entry)
+    except OSError:  # another build stored it first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cache_restore(cache: Path, key: str, dests: list[Path]) -> str | None:
+    """Copy a cached module's outputs into each of ``dests``; return its log (None: absent)."""
+    entry = cache / key
+    log = entry / "log"
+    out = entry / "out"
+    if not log.is_file() or not out.is_dir():
+        return None
+    files = [f for f in out.rglob("*") if f.is_file()]
+    if not files:
+        return None
+    for base in dests:
+        for f in files:
+            dst = base / f.relative_to(out)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst)
+    return log.read_text(encoding="utf-8")
+
+
 def _outputs(base: Path, module: str) -> list[Path]:
     stem = base.joinpath(*module.split("."))
     return sorted(stem.parent.glob(stem.name + ".*"))
@@ -323,6 +412,8 @@ def build(env: Env, jobs: int) -> tuple[list[str], float]:
     for m in order:
         stamps[m] = _stamp(env, m, by_name[m].read_text(encoding="utf-8"),
                            [stamps[d] for d in graph[m]])
+    cache = module_cache_dir()
+    lean = lean_id(env) if cache is not None else ""
     done: set[str] = set()
     failed: set[str] = set()
     problems: list[str] = []
@@ -350,6 +441,17 @@ def build(env: Env, jobs: int) -> tuple[list[str], float]:
                     done.add(m)
                     progressed = True
                     continue
+                if m != EXPORTER and cache is not None:
+                    log = cache_restore(cache, cache_key(stamps[m], lean), [out_dir, kept_olean])
+                    if log is not None:
+                        print(f"lean-build: {m}: restored from the module cache {cache}",
+                              flush=True)
+                        (logs / f"{m}.log").write_text(log, encoding="utf-8")
+                        stamp_file.write_text(stamps[m] + "\n")
+                        todo.remove(m)
+                        done.add(m)
+                        progressed = True
+                        continue
                 if len(running) >= jobs:
                     break
                 todo.remove(m)
@@ -388,6 +490,12 @@ def build(env: Env, jobs: int) -> tuple[list[str], float]:
                         dst = kept_olean / p.relative_to(out_dir)
                         dst.parent.mkdir(parents=True, exist_ok=True)
                         shutil.copy2(p, dst)
+                    if cache is not None:
+                        try:
+                            cache_store(cache, cache_key(stamps[m], lean),
+                                        _outputs(out_dir, m), out_dir, out + "\n")
+                        except OSError as exc:  # a cache is an optimisation, never a failure
+                            print(f"lean-build: {m}: not cached ({exc})", flush=True)
                     (stamps_dir / f"{m}.sha256").write_text(stamps[m] + "\n")
                     done.add(m)
     return problems, time.monotonic() - t0
@@ -469,6 +577,72 @@ def _report_lock(root: Path, doc: Mapping[str, object]) -> None:
           else "lean-build: note: " + message, flush=True)
 
 
+COLLECT_AXIOMS_AUDIT = ("official toolchain: `lake build` compiled every module, and `lake exe "
+                        "axiom_audit` (formal/AxiomAudit.lean) listed each theorem's axioms with "
+                        "Lean.collectAxioms; the source audit of scripts/lean_audit.py passed")
+
+
+def normalize_statement(text: str) -> str:
+    """A statement with its whitespace runs collapsed to one space (the two exporters print
+    with different line widths; Lean's own text is otherwise kept)."""
+    return " ".join(text.split())
+
+
+def export_from_audit(formal: Path, root: Path, rows: object, *, toolchain: str,
+                      namespace: str = "WitCert") -> tuple[dict[str, object], list[str]]:
+    """The export document of the official-toolchain path, from ``lake exe axiom_audit``'s output.
+
+    ``rows`` is the JSON array the audit program prints (one object per theorem: ``name``,
+    ``statement``, ``axioms``). The document has the format of the wasm build's
+    ``theorems.json`` (so every cross-check reads either), with ``axiom_audit.method =
+    "collectAxioms"`` and each theorem's axioms. The program also lists the theorems Lean
+    generates (``mk.injEq``, ``ext_iff``, ...): every row's axioms are checked, but only the
+    theorems declared in the sources are exported, and each of them must have a row.
+
+    Returns:
+        ``(document, problems)``; a problem names the offending theorem or row.
+    """
+    problems: list[str] = []
+    by_name: dict[str, dict[str, object]] = {}
+    if not isinstance(rows, list):
+        return {}, [f"the audit output must be a JSON array of rows, not {type(rows).__name__}"]
+    for row in cast(list[object], rows):
+        r = cast(dict[str, object], row) if isinstance(row, dict) else {}
+        name, stmt, axioms = r.get("name"), r.get("statement"), r.get("axioms")
+        if (not isinstance(name, str) or not isinstance(stmt, str) or not isinstance(axioms, list)
+                or not all(isinstance(a, str) for a in cast(list[object], axioms))):
+            problems.append(f"malformed audit row {row!r}: needs name, statement and axioms")
+            continue
+        bad = sorted(set(cast(list[str], axioms)) - set(ALLOWED_AXIOMS))
+        if bad:
+            problems.append(f"{name} depends on {', '.join(bad)} (allowed: "
+                            f"{', '.join(ALLOWED_AXIOMS)})")
+        by_name[name] = r
+    files = lean_files(formal)
+    declared = declared_theorems(formal, files, namespace)
+    records: list[dict[str, object]] = []
+    for name, module in declared:
+        row = by_name.get(name)
+        if row is None:
+            problems.append(f"{name} is declared in the sources but the audit output has no row "
+                            "for it (rebuild with `lake build`, rerun `lake exe axiom_audit`)")
+            continue
+        records.append({"name": name, "module": module,
+                        "statement": normalize_statement(cast(str, row["statement"])),
+                        "axioms": sorted(cast(list[str], row["axioms"])),
+                        "axiom_audit": "collectAxioms"})
+    sources = {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+               for f in files if module_name(formal, f) not in OFFICIAL_ONLY}
+    doc: dict[str, object] = {
+        "toolchain": toolchain,
+        "axiom_audit": {"method": "collectAxioms", "description": COLLECT_AXIOMS_AUDIT,
+                        "allowed_axioms": list(ALLOWED_AXIOMS)},
+        "sources": sources,
+        "theorems": records,
+    }
+    return doc, problems
+
+
 SHIPPED = Path("witcert_calculus") / "lean_export.json"
 """The export shipped with the package (relative to the repository root)."""
 
@@ -488,6 +662,30 @@ def shipped_export(doc: dict[str, object]) -> str:
     return json.dumps(out, indent=1, ensure_ascii=False) + "\n"
 
 
+def _main_from_audit(root: Path, audit: Path, toolchain: str, namespace: str) -> int:
+    """``--from-audit``: audit the sources, convert the rows, write ``theorems.json``."""
+    formal = root / "formal"
+    problems = audit_sources(lean_files(formal), formal=formal)
+    try:
+        rows: object = json.loads(audit.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        problems.append(f"cannot read the audit output {audit}: {exc}")
+        rows = []
+    doc, more = export_from_audit(formal, root, rows, toolchain=toolchain, namespace=namespace)
+    problems += more
+    out = formal / "build" / "theorems.json"
+    if problems:
+        print("lean-build: FAILED:\n  " + "\n  ".join(problems), flush=True)
+        out.unlink(missing_ok=True)
+        return 1
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"lean-build: wrote {out.relative_to(root)} from {audit} "
+          f"({len(cast(list[object], doc['theorems']))} theorems, collectAxioms)", flush=True)
+    _report_lock(root, doc)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     ap = argparse.ArgumentParser(description="Compile formal/ with the WebAssembly Lean.")
@@ -499,6 +697,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the namespace whose theorems are exported (default WitCert)")
     ap.add_argument("--cache", type=Path)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--from-audit", type=Path, metavar="AXIOMS_JSON",
+                    help="write formal/build/theorems.json from the output of `lake exe "
+                    "axiom_audit` (the official-toolchain path) instead of compiling")
+    ap.add_argument("--toolchain", default="leanprover/lean4:v4.28.0",
+                    help="the toolchain recorded with --from-audit")
     ap.add_argument("--ship", action="store_true",
                     help="copy formal/build/theorems.json into the package's lean_export.json")
     args = ap.parse_args(argv)
@@ -509,6 +712,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lean-build: wrote {SHIPPED} ({len(doc['theorems'])} theorems)")
         _report_lock(root, doc)
         return 0
+    if args.from_audit is not None:
+        return _main_from_audit(root, args.from_audit, args.toolchain, args.namespace)
     if args.cache is None:
         ap.error("--cache is required to build")
     formal = root / "formal" if args.project is None else args.project.resolve()
