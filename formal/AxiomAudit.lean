@@ -14,7 +14,10 @@ when present and fails on `sorryAx` or on any axiom outside `propext`, `Classica
 `Quot.sound`.
 
 The theorems are loaded when the program runs (`importModules`), so build the library first
-(`lake build`).
+(`lake build`). `python scripts/lean_driver.py --root . --from-audit formal/build/axioms.json`
+then writes `formal/build/theorems.json` from this output, in the format of the wasm build's
+export (`"axiom_audit": "collectAxioms"`, each theorem's axioms), so the Python cross-checks
+and the statement lock read the output of either path.
 
 The WebAssembly Lean used in CI compiles this file (the program avoids `Array.qsort` and
 `Array.map`, whose private implementations that build does not ship) but cannot run it: its

@@ -277,3 +277,81 @@ def test_a_theorem_hidden_from_the_regex_is_caught_by_lean(tmp_path: Path) -> No
     problems = lean_audit.crosscheck(formal, olean_dir=BUILD / "olean")
     assert any("WitCert.Tier.weakest_comm" in p and "not found in the sources" in p
                for p in problems), problems
+
+
+# ------------------------------------------------------- the official-toolchain path's output
+
+
+def _audit_rows(export: dict[str, Any]) -> list[dict[str, Any]]:
+    """What ``lake exe axiom_audit`` prints for this tree: one row per theorem (statements at
+    another line width), plus theorems Lean generates and the sources never declare."""
+    rows = [{"name": t["name"], "statement": t["statement"].replace(", ", ",\n    ", 1),
+             "axioms": ["propext"], "axiom_audit": "collectAxioms"} for t in export["theorems"]]
+    rows.append({"name": "WitCert.Constraint.mk.injEq", "statement": "∀ (coeff bound : Rat) ...",
+                 "axioms": [], "axiom_audit": "collectAxioms"})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def wasm_export() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((BUILD / "theorems.json").read_text(encoding="utf-8"))
+    return data
+
+
+def test_the_audit_programs_output_converts_to_the_same_export(
+        wasm_export: dict[str, Any]) -> None:
+    doc, problems = lean_driver.export_from_audit(FORMAL, ROOT, _audit_rows(wasm_export),
+                                                  toolchain="leanprover/lean4:v4.28.0")
+    assert problems == []
+    assert doc["axiom_audit"]["method"] == "collectAxioms"
+    assert doc["sources"] == wasm_export["sources"]
+    wasm = {t["name"]: (t["module"], t["statement"]) for t in wasm_export["theorems"]}
+    official = {t["name"]: (t["module"], t["statement"]) for t in doc["theorems"]}
+    assert official == wasm  # same names, modules, statements (whitespace normalized)
+    assert all(t["axioms"] == ["propext"] and t["axiom_audit"] == "collectAxioms"
+               for t in doc["theorems"])
+    # The statement lock and the shipped export read it as they read the wasm build's.
+    statement_lock: Any = importlib.import_module("statement_lock")
+    lock = statement_lock.load_lock(ROOT / statement_lock.LOCK)
+    assert statement_lock.diff_message(lock, statement_lock.statements_of(doc), "x") is None
+    assert lean_driver.shipped_export(doc) == lean_driver.shipped_export(wasm_export)
+
+
+@pytest.mark.parametrize("fault, expected", [
+    ("sorry", "depends on sorryAx"),
+    ("axiom", "depends on WitCert.bad"),
+    ("missing", "has no row"),
+    ("malformed", "malformed audit row"),
+])
+def test_the_official_path_fails_on_a_bad_audit(wasm_export: dict[str, Any], fault: str,
+                                                expected: str) -> None:
+    rows = _audit_rows(wasm_export)
+    victim = rows[3]
+    if fault == "sorry":
+        victim["axioms"] = ["propext", "sorryAx"]
+    elif fault == "axiom":
+        victim["axioms"] = ["WitCert.bad"]
+    elif fault == "missing":
+        rows.remove(victim)
+    else:
+        victim.pop("axioms")
+    _, problems = lean_driver.export_from_audit(FORMAL, ROOT, rows, toolchain="t")
+    assert expected in problems[0] and victim["name"] in problems[0], problems
+    # A malformed row also leaves its theorem without a row; nothing else is reported.
+    assert len(problems) == (2 if fault == "malformed" else 1), problems
+
+
+def test_the_official_path_command_writes_the_export(tmp_path: Path,
+                                                     wasm_export: dict[str, Any]) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    shutil.copytree(FORMAL, root / "formal", ignore=shutil.ignore_patterns("build", ".lake"))
+    audit = tmp_path / "axioms.json"
+    audit.write_text(json.dumps(_audit_rows(wasm_export)), encoding="utf-8")
+    assert lean_driver.main(["--root", str(root), "--from-audit", str(audit)]) == 0
+    doc = json.loads((root / "formal" / "build" / "theorems.json").read_text(encoding="utf-8"))
+    assert len(doc["theorems"]) == len(wasm_export["theorems"])
+    assert doc["toolchain"] == "leanprover/lean4:v4.28.0"
+    audit.write_text("[1]", encoding="utf-8")
+    assert lean_driver.main(["--root", str(root), "--from-audit", str(audit)]) == 1
+    assert not (root / "formal" / "build" / "theorems.json").exists()
