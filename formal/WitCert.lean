@@ -15,6 +15,9 @@ public import WitCert.Dither
 public import WitCert.Output
 public import WitCert.Sharp
 public import WitCert.Witness
+public import WitCert.Laws
+public import WitCert.Sampling
+public import WitCert.Semantic
 public import WitCert.GeneratedChecks
 
 /-!

@@ -350,8 +350,9 @@ def selection_checks(rng: random.Random, count: int) -> list[str]:
                    f"def {name}Common : List (Rat × Rat) :=\n  [{cl}]\n")
         out.append(f"/-- All entries of `{name}`: common, dropped (`p' = 0`), added (`p = 0`). -/\n"
                    f"def {name}All : List (Rat × Rat) :=\n  [{full}]\n")
-        out.append(_example(f"({rat(m_out)} + {rat(m_in)}) / 2 = {rat(b)}"))
-        out.append(_example(f"Bridges.tv {name}All ≤ {rat(b)} + Bridges.tv {name}Common"))
+        offset = f"Bridges.selectionOffset {rat(m_out)} {rat(m_in)}"
+        out.append(_example(f"{offset} = {rat(b)}"))
+        out.append(_example(f"Bridges.tv {name}All ≤ {offset} + Bridges.tv {name}Common"))
     return out
 
 
@@ -473,12 +474,24 @@ def bridge_checks() -> list[str]:
         (name, arg), = rec.calls
         if name != "exp":
             raise SystemExit(f"softmax_tv_affine: evaluated {name}, not exp")
-        # The statement's slope is `exp (affineSlopeArg ε₀)` (stand-in `e`) on `ε ≤ ε₀`.
-        if c.a != e or c.cap != e0:
+        # The statement's slope is `exp (affineSlopeArg ε₀)` on `ε ≤ ε₀`: the contract's slope
+        # must be the exponential the code evaluated, and the kernel checks that the code's
+        # argument is `affineSlopeArg` of the contract's own cap (the ε₀ of its domain).
+        if c.a != e or c.cap is None:
             raise SystemExit(f"softmax_tv_affine(eps0={e0}): slope {c.a} and cap {c.cap}, but "
-                             f"the statement's are exp(2 eps0) = {e} (stand-in) and {e0}")
+                             f"the statement's slope is exp({arg}) = {e} (stand-in) on a cap")
         out.append(f"-- eps0 = {e0}: slope {c.a} = the stand-in for exp {arg}, cap {c.cap}.\n"
-                   + _example(f"Analytic.affineSlopeArg {rat(e0)} = {rat(arg)}"))
+                   + _example(f"Analytic.affineSlopeArg {rat(c.cap)} = {rat(arg)}"))
+    out.append("-- `tv_forms.tv_tanh_max`: `tanh` of the code's argument is at least the proved\n"
+               "-- `tanh (sharpLinfArg (max c))` (`tanh` is increasing) when the argument is at "
+               "least `sharpLinfArg (max c)`.\n")
+    rng = random.Random(SEED + 1)
+    for _ in range(4):
+        c_row = [Fraction(rng.randint(0, 64), 16) for _ in range(rng.randint(1, 5))]
+        arr = np.empty(len(c_row), dtype=object)
+        arr[:] = c_row
+        arg = Fraction(_tv_forms._tanh_max_arg(arr))  # type: ignore[attr-defined]
+        out.append(_example(f"Analytic.sharpLinfArg {rat(max(c_row))} ≤ {rat(arg)}"))
     return out
 
 

@@ -129,3 +129,21 @@ def test_sync_check_fails_on_a_consistently_changed_telescoping_budget(scratch: 
     assert "FAILED: generated checks" in proc.stderr
     assert re.search(r"^\+example : Ledger\.(spent|telescopeDelta) ", proc.stderr,
                      re.MULTILINE), proc.stderr
+
+
+@pytest.mark.parametrize("module, old, new, lean", [
+    ("bridges.py", "a=1, b=(mo + mi) / 2,", "a=1, b=(mo + mi) / 4,", "Bridges.selectionOffset"),
+    ("bridges.py", "a=slope, b=0, cap=e0,", "a=slope, b=0, cap=2 * e0,",
+     "Analytic.affineSlopeArg"),
+    ("tv_forms.py", "out: F64 = c.max(axis=-1)\n", "out: F64 = c.max(axis=-1) / 4\n",
+     "Analytic.sharpLinfArg"),
+], ids=["selection-offset", "affine-cap", "tanh-max-argument"])
+def test_sync_check_fails_on_a_drifted_coefficient(scratch: Path, module: str, old: str,
+                                                   new: str, lean: str) -> None:
+    """The selection offset, the affine bridge's cap (tied to its slope's argument) and the
+    comparison shape's ``tanh`` argument are each checked against a Lean definition."""
+    _edit(scratch / "witcert_calculus" / module, old, new)
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert "FAILED: generated checks" in proc.stderr
+    assert re.search(rf"^\+example : {re.escape(lean)} ", proc.stderr, re.MULTILINE), proc.stderr

@@ -51,6 +51,7 @@ from witcert_calculus.errors import (
     RegimeMismatchError,
 )
 from witcert_calculus.metrics import Metric, check_value, metric_info, metric_name, same_metric
+from witcert_calculus.modelling import ModellingStep, modelling_of
 from witcert_calculus.theorems import ADD_SOUND, ID_SOUND, lookup
 from witcert_calculus.tiers import (
     Assumption,
@@ -331,6 +332,12 @@ class Contract(Generic[In, Out]):
         """Every assumption this contract's evidence rests on (none: nothing is assumed)."""
         return assumptions_of(self.evidence)
 
+    @property
+    def modelling(self) -> tuple[ModellingStep, ...]:
+        """The modelling steps between the cited theorems and this computation
+        (:mod:`witcert_calculus.modelling`): each proved, checked by code, or assumed."""
+        return modelling_of(self.evidence)
+
     def then(self, other: Contract[Out, X]) -> Contract[In, X]:
         """Pipeline-order composition: ``self`` first, then ``other``.
 
@@ -428,6 +435,10 @@ class Contract(Generic[In, Out]):
         if assumed:
             lines.append("  assumed, not checked (the tier is at most PARTIALLY_CERTIFIED):")
             lines.extend(f"    - {a.statement} (unchecked: {a.reason})" for a in assumed)
+        steps = self.modelling
+        if steps:
+            lines.append("  modelled outside Lean:")
+            lines.extend(f"    - {m.describe()}" for m in steps)
         lines.append(f"  total: e_out <= {self._total()}; delta={_fmt(self.delta)}; "
                      f"tier {self.tier.name}")
         return "\n".join(lines)
@@ -710,6 +721,12 @@ class Reading(Generic[M]):
         tier is at most ``PARTIALLY_CERTIFIED``.
         """
         return assumptions_of(self.evidence)
+
+    @property
+    def modelling(self) -> tuple[ModellingStep, ...]:
+        """The modelling steps between the cited theorems and this computation
+        (:mod:`witcert_calculus.modelling`): each proved, checked by code, or assumed."""
+        return modelling_of(self.evidence)
 
     def _check(self, op: str, other: object) -> Reading[Any]:
         if not isinstance(other, Reading):

@@ -3,7 +3,10 @@
 Sampling sentinel: each round draws ``r`` slots uniformly *with replacement*
 from ``M`` slots of which ``B`` are corrupted (the implementation samples with
 replacement, so that is what is modelled, not the friendlier hypergeometric).
-A round misses every corrupted slot with probability ``q = (1 - B/M)^r``;
+A round misses every corrupted slot with probability ``q = (1 - B/M)^r`` (Lean
+``WitCert.Sampling.miss_probability_eq``: counted over the ``M^r`` equally likely draw
+sequences; that the generator's draws are uniform and independent is the modelling step
+:data:`witcert_calculus.modelling.SENTINEL_GENERATOR`);
 ``n = ceil(log delta / log q)`` rounds detect corruption with confidence
 ``1 - delta`` since ``q^n <= delta`` (Lean ``WitCert.Meters.sentinel_rounds_sound``).
 

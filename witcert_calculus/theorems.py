@@ -54,6 +54,7 @@ __all__ = [
     "RANK_PREFIX_STABLE",
     "RATE_UPPER_BOUND_SOUND",
     "RECURRENCE_COMP_SOUND",
+    "SAMPLING_MISS_PROBABILITY",
     "SCORE_BRIDGE_SOUND",
     "SENTINEL_ROUNDS_SOUND",
     "SIGNAVG_UNION_LE",
@@ -128,6 +129,10 @@ TV_EFORM_SOUND: Final = "WitCert.Meters.tv_eform_sound"
 TV_RETENTION_SOUND: Final = "WitCert.Meters.tv_retention_sound"
 TV_SINGLE_TOKEN: Final = "WitCert.Meters.tv_single_token"
 TV_TWO_SIDED_SOUND: Final = "WitCert.Meters.tv_two_sided_sound"
+
+# ----------------------------------------------------------------------------- Sampling
+
+SAMPLING_MISS_PROBABILITY: Final = "WitCert.Sampling.miss_probability_eq"
 
 # ----------------------------------------------------------------------------- Tier
 

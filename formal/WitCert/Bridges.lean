@@ -21,6 +21,7 @@ Vectors are lists of coordinate pairs `(xᵢ, yᵢ)`, so two vectors always have
 * `WitCert.Bridges.dot`, `WitCert.Bridges.normSqFst`, `WitCert.Bridges.normSqSnd`.
 * `WitCert.Bridges.tv`: total variation `½ Σ |p - q|` of a list of probability pairs.
 * `WitCert.Bridges.recurrenceCoeffs`: the composed coefficients of a recurrence.
+* `WitCert.Bridges.selectionOffset`: the selection contract's offset `(m_out + m_in) / 2`.
 
 ## Main statements
 
@@ -30,7 +31,8 @@ Vectors are lists of coordinate pairs `(xᵢ, yᵢ)`, so two vectors always have
 * `WitCert.Bridges.pooling_max_caliber`: `|Σ wᵢ eᵢ| ≤ (Σ wᵢ) max |eᵢ|` for `wᵢ ≥ 0`.
 * `WitCert.Bridges.pooling_l2_caliber`: `(Σ wᵢ eᵢ)² ≤ (Σ wᵢ²)(Σ eᵢ²)`.
 * `WitCert.Bridges.rank_prefix_selection_sound`:
-  `TV ≤ ½ (m_out + m_in) + ½ Σ_{I ∩ I'} |p - p'|`.
+  `TV ≤ ½ (m_out + m_in) + ½ Σ_{I ∩ I'} |p - p'|`; `rank_prefix_selection_offset_sound` states
+  it with `selectionOffset`.
 * `WitCert.Bridges.rank_prefix_stable`: a margin above `2 ε` keeps the top set.
 * `WitCert.Bridges.recurrence_comp_sound`: per-step bounds `e_t ≤ a_t e_{t-1} + b_t` compose to
   `e_T ≤ (Π a_t) e_0 + Σ_t (Π_{s>t} a_s) b_t`.
@@ -192,6 +194,18 @@ theorem rank_prefix_selection_sound (common : List (Rat × Rat)) (dropped added 
   simp only [tv, List.map_append, sum_append]
   rw [sum_abs_sub_zero dropped hd, sum_abs_zero_sub added ha]
   grind
+
+/-- The offset `(m_out + m_in) / 2` of the rank-prefix selection contract: Python
+`rank_prefix_selection`'s `b`, evaluated by the generated checks. -/
+def selectionOffset (mOut mIn : Rat) : Rat := (mOut + mIn) / 2
+
+/-- `rank_prefix_selection_sound` with its offset as `selectionOffset`. -/
+theorem rank_prefix_selection_offset_sound (common : List (Rat × Rat)) (dropped added : List Rat)
+    {mOut mIn : Rat} (hd : ∀ x ∈ dropped, 0 ≤ x) (ha : ∀ x ∈ added, 0 ≤ x)
+    (hOut : dropped.sum ≤ mOut) (hIn : added.sum ≤ mIn) :
+    tv (common ++ dropped.map (fun x => (x, 0)) ++ added.map (fun x => (0, x))) ≤
+      selectionOffset mOut mIn + tv common :=
+  rank_prefix_selection_sound common dropped added hd ha hOut hIn
 
 /-- Rank-prefix stability: if every score moves by at most `ε` and every kept entry's true
 score exceeds every dropped entry's by more than `2 ε`, every kept entry still outranks every

@@ -896,9 +896,12 @@ def sel0All : List (Rat × Rat) :=
     ((1/32 : Rat), 0),
     (0, (1/16 : Rat))]
 
-example : ((3/32 : Rat) + (1/16 : Rat)) / 2 = (5/64 : Rat) := by decide +kernel
+example : Bridges.selectionOffset (3/32 : Rat) (1/16 : Rat) = (5/64 : Rat) := by decide +kernel
 
-example : Bridges.tv sel0All ≤ (5/64 : Rat) + Bridges.tv sel0Common := by decide +kernel
+example :
+    Bridges.tv sel0All ≤
+      Bridges.selectionOffset (3/32 : Rat) (1/16 : Rat) + Bridges.tv sel0Common := by
+  decide +kernel
 
 /-- Entries kept by both supports in `sel1`. -/
 def sel1Common : List (Rat × Rat) :=
@@ -916,9 +919,12 @@ def sel1All : List (Rat × Rat) :=
     (0, (0 : Rat)),
     (0, (1/32 : Rat))]
 
-example : ((0 : Rat) + (1/32 : Rat)) / 2 = (1/64 : Rat) := by decide +kernel
+example : Bridges.selectionOffset (0 : Rat) (1/32 : Rat) = (1/64 : Rat) := by decide +kernel
 
-example : Bridges.tv sel1All ≤ (1/64 : Rat) + Bridges.tv sel1Common := by decide +kernel
+example :
+    Bridges.tv sel1All ≤
+      Bridges.selectionOffset (0 : Rat) (1/32 : Rat) + Bridges.tv sel1Common := by
+  decide +kernel
 
 /-- Entries kept by both supports in `sel2`. -/
 def sel2Common : List (Rat × Rat) :=
@@ -935,9 +941,12 @@ def sel2All : List (Rat × Rat) :=
     (0, (0 : Rat)),
     (0, (1/32 : Rat))]
 
-example : ((1/32 : Rat) + (1/32 : Rat)) / 2 = (1/32 : Rat) := by decide +kernel
+example : Bridges.selectionOffset (1/32 : Rat) (1/32 : Rat) = (1/32 : Rat) := by decide +kernel
 
-example : Bridges.tv sel2All ≤ (1/32 : Rat) + Bridges.tv sel2Common := by decide +kernel
+example :
+    Bridges.tv sel2All ≤
+      Bridges.selectionOffset (1/32 : Rat) (1/32 : Rat) + Bridges.tv sel2Common := by
+  decide +kernel
 
 /-- Entries kept by both supports in `sel3`. -/
 def sel3Common : List (Rat × Rat) :=
@@ -954,9 +963,12 @@ def sel3All : List (Rat × Rat) :=
     ((1/32 : Rat), 0),
     ((1/32 : Rat), 0)]
 
-example : ((1/16 : Rat) + (0 : Rat)) / 2 = (1/32 : Rat) := by decide +kernel
+example : Bridges.selectionOffset (1/16 : Rat) (0 : Rat) = (1/32 : Rat) := by decide +kernel
 
-example : Bridges.tv sel3All ≤ (1/32 : Rat) + Bridges.tv sel3Common := by decide +kernel
+example :
+    Bridges.tv sel3All ≤
+      Bridges.selectionOffset (1/16 : Rat) (0 : Rat) + Bridges.tv sel3Common := by
+  decide +kernel
 
 /-- Entries kept by both supports in `sel4`. -/
 def sel4Common : List (Rat × Rat) :=
@@ -974,9 +986,12 @@ def sel4All : List (Rat × Rat) :=
     (0, (1/16 : Rat)),
     (0, (3/64 : Rat))]
 
-example : ((11/64 : Rat) + (1/8 : Rat)) / 2 = (19/128 : Rat) := by decide +kernel
+example : Bridges.selectionOffset (11/64 : Rat) (1/8 : Rat) = (19/128 : Rat) := by decide +kernel
 
-example : Bridges.tv sel4All ≤ (19/128 : Rat) + Bridges.tv sel4Common := by decide +kernel
+example :
+    Bridges.tv sel4All ≤
+      Bridges.selectionOffset (11/64 : Rat) (1/8 : Rat) + Bridges.tv sel4Common := by
+  decide +kernel
 
 /-- Entries kept by both supports in `sel5`. -/
 def sel5Common : List (Rat × Rat) :=
@@ -990,9 +1005,12 @@ def sel5All : List (Rat × Rat) :=
     ((1/32 : Rat), (3/16 : Rat)),
     ((1/8 : Rat), (1/8 : Rat))]
 
-example : ((0 : Rat) + (0 : Rat)) / 2 = (0 : Rat) := by decide +kernel
+example : Bridges.selectionOffset (0 : Rat) (0 : Rat) = (0 : Rat) := by decide +kernel
 
-example : Bridges.tv sel5All ≤ (0 : Rat) + Bridges.tv sel5Common := by decide +kernel
+example :
+    Bridges.tv sel5All ≤
+      Bridges.selectionOffset (0 : Rat) (0 : Rat) + Bridges.tv sel5Common := by
+  decide +kernel
 
 /-! ### Softmax-to-TV bridges: transfer coefficients -/
 
@@ -1065,6 +1083,17 @@ example : Analytic.affineSlopeArg (3/4 : Rat) = (3/2 : Rat) := by decide +kernel
 
 -- eps0 = 2: slope 3/2 = the stand-in for exp 4, cap 2.
 example : Analytic.affineSlopeArg (2 : Rat) = (4 : Rat) := by decide +kernel
+
+-- `tv_forms.tv_tanh_max`: `tanh` of the code's argument is at least the proved
+-- `tanh (sharpLinfArg (max c))` (`tanh` is increasing) when the argument is at least `sharpLinfArg (max c)`.
+
+example : Analytic.sharpLinfArg (7/8 : Rat) ≤ (7/8 : Rat) := by decide +kernel
+
+example : Analytic.sharpLinfArg (4 : Rat) ≤ (4 : Rat) := by decide +kernel
+
+example : Analytic.sharpLinfArg (51/16 : Rat) ≤ (51/16 : Rat) := by decide +kernel
+
+example : Analytic.sharpLinfArg (5/8 : Rat) ≤ (5/8 : Rat) := by decide +kernel
 
 /-! ### Meters: the e-form and two-sided cores -/
 
