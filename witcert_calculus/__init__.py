@@ -11,7 +11,8 @@ Main declarations (see each module for more):
 - tiers: :class:`Tier`, :func:`weakest`, :class:`Proof`, :class:`Restricted`,
   :class:`Assumption`, :class:`Measurement`, :func:`decide_tier`, :func:`assumptions_of`
 - contracts: :class:`Contract`, :func:`chain`, :func:`identity`, :class:`Reading`
-- bridges: :func:`score_bridge`, :func:`softmax_tv_eform`, :func:`rank_prefix_selection`, ...
+- bridges: :func:`score_bridge`, :func:`softmax_tv_eform`, :func:`rank_prefix_selection`, ...;
+  their gate-law inverses :func:`gate_threshold` (:class:`GateForm`)
 - errors: :class:`WitcertError` and its tree
 
 - ledger: :class:`RiskLedger`, with :class:`Probability` and :func:`telescoping_delta` (budget),
@@ -189,8 +190,10 @@ if TYPE_CHECKING:
         LedgerStats,
         Verdict,
     )
+    from witcert_calculus.gate_laws import GateForm, gate_bound, gate_threshold
     from witcert_calculus.sentinels import (
         rate_upper_bound,
+        rate_upper_bound_exact,
         sentinel_rounds,
     )
     from witcert_calculus.slots import (
@@ -274,6 +277,10 @@ _LAZY: dict[str, str] = {
     "rank_prefix_selection": "witcert_calculus.bridges",
     "rank_prefix_stable": "witcert_calculus.bridges",
     "rate_upper_bound": "witcert_calculus.sentinels",
+    "rate_upper_bound_exact": "witcert_calculus.sentinels",
+    "GateForm": "witcert_calculus.gate_laws",
+    "gate_bound": "witcert_calculus.gate_laws",
+    "gate_threshold": "witcert_calculus.gate_laws",
     "recurrence": "witcert_calculus.bridges",
     "score_bridge": "witcert_calculus.bridges",
     "select_outlier_pairs": "witcert_calculus.dither",
@@ -341,6 +348,7 @@ __all__ = [
     "EventKind",
     "Evidence",
     "ForgedBoundError",
+    "GateForm",
     "InvalidValueError",
     "JournalError",
     "KeyResidualAbs",
@@ -420,6 +428,8 @@ __all__ = [
     "dither_quantize",
     "dither_variance_proxy",
     "empirical_ratio_bridge",
+    "gate_bound",
+    "gate_threshold",
     "identity",
     "is_established",
     "logit_bound",
@@ -433,6 +443,7 @@ __all__ = [
     "rank_prefix_selection",
     "rank_prefix_stable",
     "rate_upper_bound",
+    "rate_upper_bound_exact",
     "recurrence",
     "register_metric",
     "registered_metrics",

@@ -435,12 +435,15 @@ class Recurrence(Generic[S]):
         mean_caliber: ``log(mean a_t)`` (what a naive average reports).
         mean_log_a: ``E[log a_t]``, the rate that actually governs decay.
         half_life: ``ln 2 / (-E[log a])`` steps when ``E[log a] < 0``, else ``inf``.
+        half_life_of_mean: ``ln 2 / (-log(mean a))``, the half-life a naive average reports
+            (never shorter than :attr:`half_life`: ``E[log a] <= log(mean a)``).
     """
 
     contract: Contract[RecurrentStateError[S], RecurrentStateError[S]]
     mean_caliber: float
     mean_log_a: float
     half_life: float
+    half_life_of_mean: float = math.inf
 
 
 def recurrence(site: type[S], *, a_steps: npt.ArrayLike, b_steps: npt.ArrayLike | None = None
@@ -481,7 +484,8 @@ def recurrence(site: type[S], *, a_steps: npt.ArrayLike, b_steps: npt.ArrayLike 
         logs = np.log(a_arr)
     mean_log = float(logs.mean())
     half = math.log(2) / -mean_log if mean_log < 0 else math.inf
-    return Recurrence(contract=contract,
-                      mean_caliber=math.log(mean_a) if mean_a > 0 else -math.inf,
-                      mean_log_a=mean_log, half_life=half)
+    caliber = math.log(mean_a) if mean_a > 0 else -math.inf
+    return Recurrence(contract=contract, mean_caliber=caliber, mean_log_a=mean_log,
+                      half_life=half,
+                      half_life_of_mean=math.log(2) / -caliber if caliber < 0 else math.inf)
 

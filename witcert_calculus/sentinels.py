@@ -20,7 +20,7 @@ Both are evaluated with 50-digit arithmetic and rounded in the safe direction.
 Main declarations:
 
 - :func:`sentinel_rounds`, :func:`sentinel_miss_probability`
-- :func:`rate_upper_bound`
+- :func:`rate_upper_bound`, :func:`rate_upper_bound_exact`
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from witcert_calculus.errors import InvalidValueError
 
 __all__ = [
     "rate_upper_bound",
+    "rate_upper_bound_exact",
     "sentinel_miss_probability",
     "sentinel_rounds",
 ]
@@ -108,6 +109,33 @@ def sentinel_rounds(corrupted: int, slots: int, draws: int, delta: float) -> int
         while n > 1 and (n - 1) * log_q <= log_d:
             n -= 1
         return n
+
+
+def rate_upper_bound_exact(trials: int, delta: float) -> float:
+    """The exact zero-failure rate bound ``1 - delta^(1/n)`` (rounded up).
+
+    The solution ``p*`` of ``(1 - p)^n = delta``: if the true rate were ``p > p*``, zero
+    failures in ``n`` trials would have probability ``(1 - p)^n < delta`` (``(1 - p)^n`` is
+    decreasing in ``p``). Tighter than :func:`rate_upper_bound`, which solves
+    ``e^{-np} = delta`` with ``(1 - p)^n <= e^{-np}``.
+
+    Args:
+        trials: number of independent trials ``n`` (>= 1), all without failure.
+        delta: confidence parameter, in (0, 1).
+
+    Example:
+        >>> round(rate_upper_bound_exact(144, 0.05), 4), round(rate_upper_bound(144, 0.05), 4)
+        (0.0206, 0.0208)
+    """
+    n = positive_int("trials", trials)
+    dl = real("delta", delta, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    mp = _mp()
+    with mp.workdps(_DPS):
+        val = -mp.expm1(mp.log(mp.mpf(dl)) / n)
+        f = float(val)
+        if mp.mpf(f) < val:
+            f = math.nextafter(f, math.inf)
+        return f
 
 
 def rate_upper_bound(trials: int, delta: float) -> float:
