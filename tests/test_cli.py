@@ -70,3 +70,11 @@ def test_an_unknown_form_is_refused_by_the_parser(capsys: pytest.CaptureFixture[
         main(["gate-law", "--tau", "0.2", "--form", "cubic"])
     assert exit_.value.code == 2
     assert "cubic" in capsys.readouterr().err
+
+
+def test_demo_hands_its_arguments_to_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "--threshold" in out and "--repair" in out

@@ -77,15 +77,16 @@ def _rate(args: argparse.Namespace) -> dict[str, object]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``witcert``; returns the exit code (2 on a bad argument)."""
-    args = build_parser().parse_args(argv)
-    if args.command == "demo":
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["demo"]:  # everything after 'demo' is the demo's, --help included
         try:
             from witcert_adapters.demo.cli import main as demo_main
         except ImportError as exc:
             print(f"witcert demo needs the hf extra (pip install 'witcert-calculus[hf]'): {exc}",
                   file=sys.stderr)
             return 2
-        return demo_main(args.args)
+        return demo_main(words[1:])
+    args = build_parser().parse_args(words)
     try:
         out = _gate(args) if args.command == "gate-law" else _rate(args)
     except WitcertError as exc:
