@@ -8,7 +8,8 @@ dithered store (:func:`witcert_kernels.triton_dither.dither_store`) and the witn
 (:func:`witcert_kernels.triton_witness.witness_write`) are timed per written token next to a
 plain copy of the same keys into the pool.
 
-On a GPU: ``python benchmarks/bench_kernels_gpu.py [--contexts 1024 4096 16384] [--iters 20]``.
+On a GPU: ``python benchmarks/bench_kernels_gpu.py [--contexts 4096 32768] [--batches 1 16]
+[--iters 20]`` (fp16 keys and values; the meter reads float32 witnesses).
 Without one, ``--dry`` runs the same code at toy sizes in Triton's interpreter (CPU tensors,
 ``TRITON_INTERPRET=1``) to check the script; its times say nothing about a GPU.
 """
@@ -103,7 +104,8 @@ def bench_store(tokens: int, *, kv_heads: int, d: int, bands: int, iters: int,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096, 16384])
+    ap.add_argument("--contexts", type=int, nargs="+", default=[4096, 32768])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--dry", action="store_true",
                     help="toy sizes in Triton's interpreter on CPU (checks the script only)")
@@ -114,18 +116,20 @@ def main(argv: list[str] | None = None) -> int:
         print("bench-kernels: no GPU: run with --dry (Triton's interpreter) or on a GPU")
         return 2
     if args.dry:
-        shape = {"batch": 1, "heads": 2, "kv_heads": 1, "d": 32, "bands": 4, "splits": 2}
-        contexts, iters, store_tokens = [16, 48], 1, 32
+        shape = {"heads": 2, "kv_heads": 1, "d": 32, "bands": 4, "splits": 2}
+        contexts, batches, iters, store_tokens = [16, 48], [1, 2], 1, 32
     else:
-        shape = {"batch": 32, "heads": 32, "kv_heads": 8, "d": 128, "bands": 8, "splits": 8}
-        contexts, iters, store_tokens = args.contexts, args.iters, 16384
+        shape = {"heads": 32, "kv_heads": 8, "d": 128, "bands": 8, "splits": 8}
+        contexts, batches, iters = args.contexts, args.batches, args.iters
+        store_tokens = 16384
     print(f"bench-kernels: device {dev}{' (dry run: interpreter)' if args.dry else ''}; "
           f"shape {shape}")
-    print("context  attention (ms)  attention+meter (ms)  ratio")
+    print("context  batch  attention (ms)  attention+meter (ms)  ratio")
     for ctx in contexts:
-        t = bench_decode(ctx, iters=iters, dev=dev, **shape)
-        a, m = t["attention"], t["attention+meter"]
-        print(f"{ctx:7d}  {a * 1e3:14.3f}  {m * 1e3:20.3f}  {m / a:5.2f}")
+        for batch in batches:
+            t = bench_decode(ctx, batch=batch, iters=iters, dev=dev, **shape)
+            a, m = t["attention"], t["attention+meter"]
+            print(f"{ctx:7d}  {batch:5d}  {a * 1e3:14.3f}  {m * 1e3:20.3f}  {m / a:5.2f}")
     s = bench_store(store_tokens, kv_heads=shape["kv_heads"], d=shape["d"],
                     bands=shape["bands"], iters=iters, dev=dev)
     base = s["copy fp16"]

@@ -181,8 +181,8 @@ def test_the_gpu_benchmark_runs_dry() -> None:
                            "--dry"], capture_output=True, text=True, timeout=300, cwd=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines() if line[:1] == " "]
-    assert [int(r[0]) for r in rows] == [16, 48]
-    assert all(float(r[3]) > 0 for r in rows)
+    assert [(int(r[0]), int(r[1])) for r in rows] == [(16, 1), (16, 2), (48, 1), (48, 2)]
+    assert all(float(r[4]) > 0 for r in rows)
     assert "dither store" in proc.stdout and "witness write" in proc.stdout
 
 
