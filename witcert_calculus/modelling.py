@@ -49,6 +49,7 @@ from witcert_calculus.theorems import (
     LOGIT_BOUND_SOUND,
 )
 from witcert_calculus.tiers import Evidence, theorems_of
+from witcert_calculus.validation import nonempty_text
 
 __all__ = [
     "FLOAT_ROUNDING",
@@ -98,9 +99,7 @@ class ModellingStep:
 
     def __post_init__(self) -> None:
         for name in ("key", "statement", "by"):
-            text = getattr(self, name)
-            if not isinstance(text, str) or not text.strip():
-                raise InvalidValueError(name, text, "must be a non-empty text")
+            nonempty_text(name, getattr(self, name))
         if not isinstance(self.discharge, Discharge):
             raise InvalidValueError("discharge", self.discharge, "must be a Discharge")
 

@@ -52,7 +52,7 @@ from witcert_calculus.theorems import (
     WEAKEST_LE_LEFT,
     WEAKEST_LE_RIGHT,
 )
-from witcert_calculus.validation import positive_int
+from witcert_calculus.validation import nonempty_text, positive_int
 
 __all__ = [
     "Assumption",
@@ -163,9 +163,7 @@ class Assumption:
 
     def __post_init__(self) -> None:
         for name in ("statement", "reason"):
-            text = getattr(self, name)
-            if not isinstance(text, str) or not text.strip():
-                raise InvalidValueError(name, text, "must be a non-empty text")
+            nonempty_text(name, getattr(self, name))
 
 
 @final

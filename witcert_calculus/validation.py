@@ -122,6 +122,13 @@ def is_distribution(p: F64) -> bool:
     return bool(ok)
 
 
+def nonempty_text(name: str, value: object) -> str:
+    """A ``str`` with at least one non-blank character (a statement, a reason, a key)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidValueError(name, value, "must be a non-empty text")
+    return value
+
+
 def positive_int(name: str, value: object, *, minimum: int = 1) -> int:
     """An ``int`` (not bool) that is at least ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
