@@ -67,7 +67,6 @@ Main declarations
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, final
@@ -87,6 +86,7 @@ from witcert_calculus.witness import _WITNESS_PREMISE  # pyright: ignore[reportP
 from witcert_calculus.witness import _tier_a_evidence  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.meter import _tanh_max  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.meter import band_norms, forms_from_logs
+from witcert_kernels.triton_launch import check_device, pow2
 
 __all__ = ["FusedDecode", "decode_attention", "fused_decode"]
 
@@ -203,10 +203,6 @@ def _decode_kernel(q_ptr: Any, k_ptr: Any, v_ptr: Any, w_ptr: Any, qn_ptr: Any, 
         tl.store(base + 10, bad.to(tl.float64))
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def _merge_lse(mx: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
     """``log sum_i acc_i e^{mx_i}`` over the last (split) axis; empty splits are ``-inf``."""
     logs = torch.where(acc > 0, mx + torch.log(torch.where(acc > 0, acc, 1.0)), _NEG)
@@ -310,12 +306,10 @@ def _launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                 f"seq_lens [{bsz}] and kv_indptr [{bsz + 1}] expected")
     page = positive_int("page_size", page_size)
     n_split = positive_int("splits", splits)
-    blk = _pow2(positive_int("block", block))
+    blk = pow2(positive_int("block", block))
     sc = real("scale", scale, lo=0.0, lo_open=True)
     tokens = positive_int("max_tokens", max_tokens)
-    if q.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise InvalidValueError("device", "cpu", "Triton kernels run on CPU tensors only under "
-                                                 "TRITON_INTERPRET=1 (set before importing triton)")
+    check_device(q)
     dev = q.device
     po = torch.empty((bsz, heads, n_split, dv), dtype=torch.float32, device=dev)
     pm = torch.empty((bsz, heads, n_split), dtype=torch.float32, device=dev)
@@ -331,7 +325,7 @@ def _launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             launch(q.contiguous(), k_cache.contiguous(), v_cache.contiguous(), w, qb,
                    kv_indptr.contiguous(), kv_indices.contiguous(), seq_lens.contiguous(), po,
                    pm, pl, meter, heads, kv_heads, d, dv, nb, n_split, sc, cm.gamma, cm.alpha,
-                   PAGE=page, BLOCK=blk, D=_pow2(d), DV=_pow2(dv), NB=_pow2(nb), METER=metered)
+                   PAGE=page, BLOCK=blk, D=pow2(d), DV=pow2(dv), NB=pow2(nb), METER=metered)
     return _Partials(po, pm, pl, meter, q.dtype, tokens)
 
 

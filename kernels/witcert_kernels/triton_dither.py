@@ -36,7 +36,6 @@ Main declarations
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, final
 
@@ -49,6 +48,7 @@ from witcert_calculus.dither import GRID_BITS, GRID_STEP, PHILOX_MULTIPLIERS, PH
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.validation import positive_int, uint
 from witcert_kernels.dither import _channel_index
+from witcert_kernels.triton_launch import check_device, pow2
 
 __all__ = ["DitherPool", "dither_read", "dither_store"]
 
@@ -154,10 +154,6 @@ def _read_kernel(codes_ptr: Any, scales_ptr: Any, vals_ptr: Any, slot_ptr: Any, 
     tl.store(out_ptr + row * d + ch, x_hat.to(out_ptr.dtype.element_ty), mask=m)
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def _constants() -> dict[str, int | float]:
     (m0, m1), (w0, w1) = PHILOX_MULTIPLIERS, PHILOX_WEYL
     return {"M0": m0, "M1": m1, "W0": w0, "W1": w1, "SHIFT": 32 - GRID_BITS, "STEP": GRID_STEP}
@@ -235,9 +231,7 @@ def _check_slots(pool: DitherPool, slots: torch.Tensor) -> torch.Tensor:
     if slots.ndim != 1 or slots.dtype not in (torch.int32, torch.int64):
         raise InvalidValueError("slots", (tuple(slots.shape), str(slots.dtype)),
                                 "must be a 1-D integer tensor")
-    if pool.codes.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise InvalidValueError("device", "cpu", "Triton kernels run on CPU tensors only under "
-                                                 "TRITON_INTERPRET=1 (set before importing triton)")
+    check_device(pool.codes)
     return slots.to(torch.int64).contiguous()
 
 
@@ -287,7 +281,7 @@ def dither_store(pool: DitherPool, x: torch.Tensor, slots: torch.Tensor, *,
             launch: Any = _store_kernel[(int(x.shape[0]) * h,)]
             launch(rows, s, keep, idx, pool.codes, pool.scales, pool.outlier_values, ok, h, d,
                    nb, pool.block_size, m2, pool.layer, pool.seed & 0xFFFFFFFF, pool.seed >> 32,
-                   float(QMAX), NB=_pow2(nb), BS=_pow2(pool.block_size), M2=_pow2(m2) if m2 else 0,
+                   float(QMAX), NB=pow2(nb), BS=pow2(pool.block_size), M2=pow2(m2) if m2 else 0,
                    MAGIC=_MAGIC, **_constants())
     if check and not bool(ok.all()):
         t, hh = (int(v) for v in (ok == 0).nonzero()[0])
@@ -322,6 +316,6 @@ def dither_read(pool: DitherPool, slots: torch.Tensor, *, dtype: torch.dtype,
         launch: Any = _read_kernel[(int(s.shape[0]) * h,)]
         launch(pool.codes, pool.scales, pool.outlier_values, s, keep, rank, out, h, d, nb,
                pool.block_size, m2, pool.layer, pool.seed & 0xFFFFFFFF, pool.seed >> 32,
-               NB=_pow2(nb), BS=_pow2(pool.block_size), M2=_pow2(m2) if m2 else 0,
+               NB=pow2(nb), BS=pow2(pool.block_size), M2=pow2(m2) if m2 else 0,
                **_constants())
     return out

@@ -30,7 +30,6 @@ Main declarations
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -42,6 +41,7 @@ from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.rounding import TINY, band_norm_margin
 from witcert_calculus.validation import positive_int
 from witcert_calculus.witness import RopeLayout, band_channels
+from witcert_kernels.triton_launch import check_device, pow2
 
 __all__ = ["witness_write"]
 
@@ -71,10 +71,6 @@ def _witness_kernel(x_ptr: Any, xh_ptr: Any, perm_ptr: Any, out_ptr: Any, d: Any
     low = v32.to(tl.float64) < val
     v32 = tl.where(low, (v32.to(tl.int32, bitcast=True) + 1).to(tl.float32, bitcast=True), v32)
     tl.store(out_ptr + row * bands + b, v32, mask=b < bands)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def witness_write(k: torch.Tensor, k_hat: torch.Tensor, *, bands: int,
@@ -108,9 +104,7 @@ def witness_write(k: torch.Tensor, k_hat: torch.Tensor, *, bands: int,
     nb = positive_int("bands", bands)
     if (d // 2) % nb:
         raise InvalidValueError("bands", bands, f"must divide head_dim/2 = {d // 2} (equal bands)")
-    if k.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise InvalidValueError("device", "cpu", "Triton kernels run on CPU tensors only under "
-                                                 "TRITON_INTERPRET=1 (set before importing triton)")
+    check_device(k)
     size = d // nb
     perm = torch.as_tensor(
         [int(c) for band in band_channels(d, bands=nb, layout=layout) for c in band],
@@ -125,5 +119,5 @@ def witness_write(k: torch.Tensor, k_hat: torch.Tensor, *, bands: int,
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             launch: Any = _witness_kernel[(rows.shape[0],)]  # constexpr sizes: plain ints
             launch(rows, rows_hat, perm, out, d, nb, size, margin.gamma, margin.alpha, TINY,
-                   BANDS=_pow2(nb), SIZE=_pow2(size))
+                   BANDS=pow2(nb), SIZE=pow2(size))
     return out.reshape(*k.shape[:-1], nb)
