@@ -399,14 +399,11 @@ def build(env: Env, jobs: int) -> tuple[list[str], float]:
     stamps_dir.mkdir(parents=True, exist_ok=True)
     logs = env.build / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    sources: dict[str, str] = {}
     for m, f in by_name.items():
         dst = src_dir / (f"{EXPORTER}.lean" if m == EXPORTER else f.relative_to(env.formal))
         dst.parent.mkdir(parents=True, exist_ok=True)
-        data = f.read_bytes()
-        dst.write_bytes(data)
-        if m != EXPORTER:
-            sources[str(f.relative_to(env.root))] = hashlib.sha256(data).hexdigest()
+        dst.write_bytes(f.read_bytes())
+    sources = source_hashes(env.formal, env.root, files)
 
     stamps: dict[str, str] = {}
     for m in order:
@@ -486,14 +483,15 @@ def build(env: Env, jobs: int) -> tuple[list[str], float]:
                         problems.extend(bad)
                         failed.add(m)
                         continue
-                    for p in _outputs(out_dir, m):
+                    outputs = _outputs(out_dir, m)
+                    for p in outputs:
                         dst = kept_olean / p.relative_to(out_dir)
                         dst.parent.mkdir(parents=True, exist_ok=True)
                         shutil.copy2(p, dst)
                     if cache is not None:
                         try:
-                            cache_store(cache, cache_key(stamps[m], lean),
-                                        _outputs(out_dir, m), out_dir, out + "\n")
+                            cache_store(cache, cache_key(stamps[m], lean), outputs, out_dir,
+                                        out + "\n")
                         except OSError as exc:  # a cache is an optimisation, never a failure
                             print(f"lean-build: {m}: not cached ({exc})", flush=True)
                     (stamps_dir / f"{m}.sha256").write_text(stamps[m] + "\n")
@@ -582,6 +580,13 @@ COLLECT_AXIOMS_AUDIT = ("official toolchain: `lake build` compiled every module,
                         "Lean.collectAxioms; the source audit of scripts/lean_audit.py passed")
 
 
+def source_hashes(formal: Path, root: Path, files: list[Path]) -> dict[str, str]:
+    """SHA-256 of every compiled source (the official-toolchain-only files left out), by path
+    relative to ``root``: the ``sources`` an export records and the tests compare."""
+    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in files if module_name(formal, f) not in OFFICIAL_ONLY}
+
+
 def normalize_statement(text: str) -> str:
     """A statement with its whitespace runs collapsed to one space (the two exporters print
     with different line widths; Lean's own text is otherwise kept)."""
@@ -631,8 +636,7 @@ def export_from_audit(formal: Path, root: Path, rows: object, *, toolchain: str,
                         "statement": normalize_statement(cast(str, row["statement"])),
                         "axioms": sorted(cast(list[str], row["axioms"])),
                         "axiom_audit": "collectAxioms"})
-    sources = {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
-               for f in files if module_name(formal, f) not in OFFICIAL_ONLY}
+    sources = source_hashes(formal, root, files)
     doc: dict[str, object] = {
         "toolchain": toolchain,
         "axiom_audit": {"method": "collectAxioms", "description": COLLECT_AXIOMS_AUDIT,
