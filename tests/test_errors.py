@@ -27,6 +27,7 @@ from witcert_calculus.errors import (
     StaleReadError,
     TheoremExportError,
     UnknownRequestError,
+    ChainSpecError,
     UnknownTheoremError,
     UnregisteredMetricError,
     UnwrittenSlotError,
@@ -59,6 +60,7 @@ SAMPLES: list[tuple[WitcertError, type[Exception]]] = [
     (EngineMismatchError("vllm version", "0.32.0", "0.33.0"), RuntimeError),
     (UnknownTheoremError("WitCert.Nope.nope", 12), ValueError),
     (TheoremExportError("/tmp/theorems.json", "not a JSON list"), ValueError),
+    (ChainSpecError("stage 2 ('nope')", "names no bridge 'nope'"), ValueError),
     (ForgedBoundError("LogitBound", ("witcert_calculus.witness.logit_bound",)), TypeError),
 ]
 

@@ -34,6 +34,7 @@ from witcert_calculus.contracts import (
     Number,
     Reading,
     Regime,
+    Stage,
     Transfer,
     TransferKind,
     chain,
@@ -43,6 +44,7 @@ from witcert_calculus.errors import (
     AdmissionError,
     AllowanceMovedError,
     BudgetExceededError,
+    ChainSpecError,
     EngineMismatchError,
     ForgedBoundError,
     InvalidValueError,
@@ -190,12 +192,13 @@ if TYPE_CHECKING:
         LedgerStats,
         Verdict,
     )
-    from witcert_calculus.gate_laws import GateForm, gate_bound, gate_threshold
+    from witcert_calculus.gate_laws import GateForm, gate_bound, gate_form, gate_threshold
     from witcert_calculus.sentinels import (
         rate_upper_bound,
         rate_upper_bound_exact,
         sentinel_rounds,
     )
+    from witcert_calculus.symbolic import SymbolicChain, symbolic_chain
     from witcert_calculus.slots import (
         ReadGrant,
         SlotRead,
@@ -247,6 +250,7 @@ _LAZY: dict[str, str] = {
     "SlotState": "witcert_calculus.slots",
     "SlotTable": "witcert_calculus.slots",
     "StableRows": "witcert_calculus.bridges",
+    "SymbolicChain": "witcert_calculus.symbolic",
     "TVBasis": "witcert_calculus.tv_forms",
     "TVBatch": "witcert_calculus.tv_forms",
     "TVBound": "witcert_calculus.tv_forms",
@@ -280,6 +284,7 @@ _LAZY: dict[str, str] = {
     "rate_upper_bound_exact": "witcert_calculus.sentinels",
     "GateForm": "witcert_calculus.gate_laws",
     "gate_bound": "witcert_calculus.gate_laws",
+    "gate_form": "witcert_calculus.gate_laws",
     "gate_threshold": "witcert_calculus.gate_laws",
     "recurrence": "witcert_calculus.bridges",
     "score_bridge": "witcert_calculus.bridges",
@@ -296,6 +301,7 @@ _LAZY: dict[str, str] = {
     "tier_b_certificate": "witcert_calculus.dither",
     "tier_b_logit_bound": "witcert_calculus.dither",
     "tradeoff_curve": "witcert_calculus.entries",
+    "symbolic_chain": "witcert_calculus.symbolic",
     "tv_bounds_batch": "witcert_calculus.tv_forms",
     "tv_eform": "witcert_calculus.tv_forms",
     "tv_meter": "witcert_calculus.tv_forms",
@@ -331,6 +337,7 @@ __all__ = [
     "AttentionTV",
     "BudgetExceededError",
     "ByteAccount",
+    "ChainSpecError",
     "Composition",
     "Contract",
     "Decision",
@@ -394,7 +401,9 @@ __all__ = [
     "SlotState",
     "SlotTable",
     "StableRows",
+    "Stage",
     "StaleReadError",
+    "SymbolicChain",
     "TVBasis",
     "TVBatch",
     "TVBound",
@@ -429,6 +438,7 @@ __all__ = [
     "dither_variance_proxy",
     "empirical_ratio_bridge",
     "gate_bound",
+    "gate_form",
     "gate_threshold",
     "identity",
     "is_established",
@@ -456,6 +466,7 @@ __all__ = [
     "softmax_tv_tanh",
     "softmax_tv_tanh_osc",
     "subgaussian_radius",
+    "symbolic_chain",
     "telescoping_delta",
     "telescoping_spent",
     "tier_b_certificate",

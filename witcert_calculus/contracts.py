@@ -72,6 +72,7 @@ __all__ = [
     "Number",
     "Reading",
     "Regime",
+    "Stage",
     "Transfer",
     "TransferKind",
     "chain",
@@ -157,8 +158,18 @@ class Regime(enum.Enum):
 
 @final
 @dataclass(frozen=True, slots=True)
-class _Stage:
-    """One elementary contract inside a (possibly composed) contract."""
+class Stage:
+    """One elementary contract inside a (possibly composed) contract (:attr:`Contract.parts`).
+
+    Attributes:
+        name: the stage's name.
+        m_in / m_out: its input and output metrics.
+        a / b / delta: its coefficients, exact.
+        cap: its domain's upper end (``None``: unbounded).
+        transfer: its tighter non-affine bound, if any.
+        evidence: what proves (or measured) it.
+        is_identity: whether it is the identity's unit stage (dropped by composition).
+    """
 
     name: str
     m_in: object
@@ -238,7 +249,7 @@ class Contract(Generic[In, Out]):
     cap: Fraction | None
     evidence: Evidence
     name: str
-    _stages: tuple[_Stage, ...]
+    _stages: tuple[Stage, ...]
 
     def __init__(self, m_in: type[In], m_out: type[Out], *, a: Number, b: Number,
                  evidence: Evidence, name: str, delta: Number = 0,
@@ -251,14 +262,14 @@ class Contract(Generic[In, Out]):
             raise InvalidValueError("evidence", evidence, "must be Proof, Restricted or Measurement")
         if transfer is not None and not isinstance(transfer, Transfer):
             raise InvalidValueError("transfer", transfer, "must be a Transfer or None")
-        stage = _Stage(
+        stage = Stage(
             name=name, m_in=m_in, m_out=m_out, a=exact(a, "a"), b=exact(b, "b"),
             delta=exact(delta, "delta", upper=Fraction(1), strict_upper=True),
             cap=None if cap is None else exact(cap, "cap"), transfer=transfer, evidence=evidence,
         )
         self._set(m_in, m_out, (stage,), stage.a, stage.b, stage.delta, stage.cap, evidence, name)
 
-    def _set(self, m_in: object, m_out: object, stages: tuple[_Stage, ...], a: Fraction,
+    def _set(self, m_in: object, m_out: object, stages: tuple[Stage, ...], a: Fraction,
              b: Fraction, delta: Fraction, cap: Fraction | None, evidence: Evidence,
              name: str) -> None:
         for key, value in (("m_in", m_in), ("m_out", m_out), ("_stages", stages), ("a", a),
@@ -267,7 +278,7 @@ class Contract(Generic[In, Out]):
             object.__setattr__(self, key, value)
 
     @classmethod
-    def _composite(cls, m_in: object, m_out: object, stages: tuple[_Stage, ...], a: Fraction,
+    def _composite(cls, m_in: object, m_out: object, stages: tuple[Stage, ...], a: Fraction,
                    b: Fraction, delta: Fraction, cap: Fraction | None, evidence: Evidence,
                    name: str) -> Contract[Any, Any]:
         obj: Contract[Any, Any] = object.__new__(cls)
@@ -321,6 +332,11 @@ class Contract(Generic[In, Out]):
     def stages(self) -> tuple[str, ...]:
         """Names of the elementary stages, in pipeline order."""
         return tuple(s.name for s in self._stages)
+
+    @property
+    def parts(self) -> tuple[Stage, ...]:
+        """The elementary stages themselves, in pipeline order."""
+        return self._stages
 
     @property
     def theorems(self) -> tuple[str, ...]:
@@ -465,7 +481,7 @@ class Contract(Generic[In, Out]):
                 f"stages above, with T: {through}")
 
 
-def _stage_tier(s: _Stage) -> Tier:
+def _stage_tier(s: Stage) -> Tier:
     tier = decide_tier(s.evidence)
     return Tier.PARTIALLY_CERTIFIED if s.cap is not None and tier == Tier.CERTIFIED else tier
 
@@ -545,7 +561,7 @@ def identity(metric: type[M]) -> Contract[M, M]:
     """
     c = Contract(metric, metric, a=1, b=0, evidence=Proof(ID_SOUND), name="identity")
     stage = c._stages[0]  # pyright: ignore[reportPrivateUsage]
-    marked = _Stage(stage.name, stage.m_in, stage.m_out, stage.a, stage.b, stage.delta, stage.cap,
+    marked = Stage(stage.name, stage.m_in, stage.m_out, stage.a, stage.b, stage.delta, stage.cap,
                     stage.transfer, stage.evidence, is_identity=True)
     out: Contract[M, M] = Contract._composite(  # pyright: ignore[reportPrivateUsage]
         metric, metric, (marked,), stage.a, stage.b,

@@ -27,7 +27,8 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     ├── SlotOwnershipError           (PermissionError) writing or evicting another's slot
     ├── JournalError                 (OSError)     the durable journal cannot be used
     ├── EngineMismatchError          (RuntimeError) a serving engine unlike the one an adapter hooks
-    └── TheoremExportError           (ValueError)  a Lean export file that cannot be registered
+    ├── TheoremExportError           (ValueError)  a Lean export file that cannot be registered
+    └── ChainSpecError               (ValueError)  a chain spec that cannot be built
 
 Main declarations:
 
@@ -44,6 +45,7 @@ __all__ = [
     "AdmissionError",
     "AllowanceMovedError",
     "BudgetExceededError",
+    "ChainSpecError",
     "EngineMismatchError",
     "ForgedBoundError",
     "InvalidValueError",
@@ -582,3 +584,21 @@ class TheoremExportError(WitcertError, ValueError):
     def _message(self) -> str:
         return f"Lean export {self.path}: {self.reason}"
 
+
+
+@final
+class ChainSpecError(WitcertError, ValueError):
+    """A chain spec (text, JSON or TOML; :mod:`witcert_calculus.chain_spec`) that cannot be built.
+
+    Args:
+        where: the part at fault: a stage by position and text, a file, or a key.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(where, reason)
+
+    def _message(self) -> str:
+        return f"chain spec: {self.where} {self.reason}"

@@ -32,7 +32,7 @@ from typing import Any, final
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.validation import real
 
-__all__ = ["GateForm", "gate_bound", "gate_threshold"]
+__all__ = ["GateForm", "gate_bound", "gate_form", "gate_threshold"]
 
 _DPS = 50
 
@@ -57,7 +57,12 @@ class GateForm(enum.Enum):
     """``e^{2 eps0} eps`` on ``eps <= eps0``."""
 
 
-def _form(form: GateForm | str) -> GateForm:
+def gate_form(form: GateForm | str) -> GateForm:
+    """The :class:`GateForm` named by ``form`` (a member or its value).
+
+    Raises:
+        InvalidValueError: ``form`` names no form.
+    """
     try:
         return form if isinstance(form, GateForm) else GateForm(form)
     except ValueError:
@@ -95,7 +100,7 @@ def gate_bound(witness: float, *, form: GateForm | str, eps0: float | None = Non
         >>> round(gate_bound(0.1682361, form="eform"), 6)
         0.2
     """
-    f = _form(form)
+    f = gate_form(form)
     w = real("witness", witness, lo=0.0)
     mp = _mp()
     with mp.workdps(_DPS):
@@ -128,7 +133,7 @@ def gate_threshold(tau: float, *, form: GateForm | str, eps0: float | None = Non
         >>> round(gate_threshold(0.2, form="eform"), 7), round(gate_threshold(0.2, form="osc"), 7)
         (0.1682361, 0.8109302)
     """
-    f = _form(form)
+    f = gate_form(form)
     t = real("tau", tau, lo=0.0, lo_open=True)
     e0 = _eps0(f, eps0)
     mp = _mp()

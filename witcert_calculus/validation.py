@@ -17,7 +17,7 @@ import math
 import numbers
 from fractions import Fraction
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from witcert_calculus.errors import InvalidValueError
 
@@ -278,3 +278,13 @@ def float_down(value: Fraction) -> float:
     f = float(value)
     return f if Fraction(f) <= value else math.nextafter(f, -math.inf)
 
+
+
+def json_object(value: object) -> dict[str, Any] | None:
+    """A parsed JSON (or TOML) value as an object with string keys, or ``None`` if it is not one."""
+    if not isinstance(value, dict):
+        return None
+    obj = cast("dict[object, Any]", value)
+    if not all(isinstance(k, str) for k in obj):
+        return None
+    return cast("dict[str, Any]", obj)

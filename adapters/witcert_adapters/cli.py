@@ -7,6 +7,15 @@ Commands (``witcert COMMAND --help`` documents each):
   gate_threshold`), with the forward bridge at that witness;
 - ``witcert rate --trials N --delta D``: the zero-failure rate bounds, exact
   ``1 - delta^(1/n)`` and ``ln(1/delta)/n``;
+- ``witcert explain SPEC [--site consume|write]``: a chain spec (text, or a ``.json`` /
+  ``.toml`` file; :mod:`witcert_calculus.chain_spec` documents the format) built and explained:
+  each stage's coefficients, evidence with the Lean statement of every theorem it cites, tier;
+- ``witcert ledger replay TRACE [--plot PNG] [--points N]``: a recorded entry trace
+  (:mod:`witcert_calculus.entry_trace`; the demo writes one per scheme) replayed into the
+  retention / per-step bound trade-off curve, printed and plotted;
+- ``witcert formal check [--root DIR] [--jobs N] [--no-build]``: in a source checkout, the
+  Lean build (a line per module), the fast sync check, and the fresh export registered
+  against the shipped one;
 - ``witcert demo [ARGS...]``: the README's main job (:mod:`witcert_adapters.demo`; needs the
   ``hf`` extra), with the demo's own arguments.
 
@@ -19,8 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from witcert_calculus.errors import WitcertError
 
@@ -47,6 +59,43 @@ def build_parser() -> argparse.ArgumentParser:
     rate.add_argument("--trials", type=int, required=True, help="clean trials n (>= 1)")
     rate.add_argument("--delta", type=float, required=True, help="confidence parameter in (0, 1)")
     rate.add_argument("--json", action="store_true", help="print JSON")
+    explain = sub.add_parser("explain", help="build a chain from a spec and explain it",
+                             description="Build the contract a chain spec describes and print "
+                             "each stage (coefficients, evidence with the Lean statement of "
+                             "each cited theorem, tier) and the composed total. SPEC is text "
+                             "('score(scale=0.125, q_norm_max=12) >> eform') or a .json/.toml "
+                             "file; see witcert_calculus.chain_spec for the format.")
+    explain.add_argument("spec", help="the chain spec, or a path to a .json or .toml spec")
+    explain.add_argument("--site", choices=["consume", "write"],
+                         help="the observation site of a text spec (default consume)")
+    explain.add_argument("--json", action="store_true", help="print JSON")
+    ledger = sub.add_parser("ledger", help="ledger tools (replay)",
+                            description="Tools over recorded ledger input.")
+    lsub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="COMMAND")
+    replay = lsub.add_parser("replay", help="replay an entry trace into the trade-off curve",
+                             description="Replay a recorded entry trace (witcert_calculus."
+                             "entry_trace; the demo writes traces/SCHEME.jsonl): for each "
+                             "per-entry threshold, the retained fraction of entries and the "
+                             "worst per-step bound; writes a plot.")
+    replay.add_argument("trace", help="the trace file (JSON Lines)")
+    replay.add_argument("--points", type=int, default=11,
+                        help="thresholds from 0 to the largest bound (default 11)")
+    replay.add_argument("--plot", type=Path,
+                        help="the plot to write (default: TRACE with suffix .tradeoff.png)")
+    replay.add_argument("--json", action="store_true", help="print JSON")
+    formal = sub.add_parser("formal", help="the Lean companion (check)",
+                            description="The Lean 4 development under formal/.")
+    fsub = formal.add_subparsers(dest="formal_command", required=True, metavar="COMMAND")
+    check = fsub.add_parser("check", help="build the Lean development and cross-check it",
+                            description="In a source checkout: the Lean build (scripts/"
+                            "lean_build.sh, a progress line per module), the fast sync check "
+                            "(scripts/check_formal_sync.sh), then the fresh export registered "
+                            "against the shipped one (every cited theorem, same statements).")
+    check.add_argument("--root", type=Path, help="the checkout (default: found upward from "
+                       "the current folder)")
+    check.add_argument("--jobs", type=int, default=2, help="parallel Lean processes (default 2)")
+    check.add_argument("--no-build", action="store_true",
+                       help="skip the Lean build; check the existing formal/build export")
     demo = sub.add_parser("demo", help="the README's main job (needs the hf extra)",
                           description="Run the demo: a real model's attention memory observed "
                           "through contracts; arguments after 'demo' go to the demo "
@@ -75,6 +124,132 @@ def _rate(args: argparse.Namespace) -> dict[str, object]:
             "exponential": rate_upper_bound(args.trials, args.delta)}
 
 
+def _explain(args: argparse.Namespace) -> dict[str, object]:
+    from witcert_calculus.chain_spec import load_chain_spec
+    from witcert_calculus.theorems import lookup
+    from witcert_calculus.tiers import decide_tier, theorems_of
+
+    c = load_chain_spec(args.spec, site=args.site)
+    stages = [{"name": s.name, "a": str(s.a), "b": str(s.b), "delta": str(s.delta),
+               "cap": None if s.cap is None else str(s.cap),
+               "transfer": None if s.transfer is None else s.transfer.formula(),
+               "tier": decide_tier(s.evidence).name,
+               "theorems": [{"name": t, "statement": lookup(t).statement}
+                            for t in theorems_of(s.evidence)]} for s in c.parts]
+    return {"name": c.name, "tier": c.tier.name, "a": str(c.a), "b": str(c.b),
+            "delta": str(c.delta), "cap": None if c.cap is None else str(c.cap),
+            "subset": c.subset, "stages": stages, "explain": c.explain()}
+
+
+def _explain_text(out: dict[str, Any]) -> str:
+    lines = [out["explain"], "", "theorems cited:"]
+    seen: set[str] = set()
+    for st in out["stages"]:
+        for t in st["theorems"]:
+            if t["name"] not in seen:
+                seen.add(t["name"])
+                lines.append(f"  {t['name']}:\n    {t['statement']}")
+    if not seen:
+        lines.append("  (none: every stage is measured)")
+    lines.append(f"tier {out['tier']}")
+    return "\n".join(lines)
+
+
+def _replay(args: argparse.Namespace) -> dict[str, object]:
+    import numpy as np
+
+    from witcert_calculus.entry_trace import read_entry_trace, replay_entry_trace
+    from witcert_calculus.validation import positive_int
+
+    points = positive_int("--points", args.points, minimum=2)
+    trace = read_entry_trace(args.trace)
+    top = max(float(s.max()) for s in trace.steps)
+    curve = replay_entry_trace(trace, thresholds=np.linspace(0.0, top, points))
+    plot = args.plot if args.plot is not None else Path(args.trace).with_suffix(".tradeoff.png")
+    _plot_tradeoff(curve, trace.metric, plot)
+    return {"trace": str(args.trace), "metric": trace.metric,
+            "aggregate": trace.aggregate.name.lower(), "steps": curve.n_steps,
+            "entries": sum(int(s.size) for s in trace.steps), "plot": str(plot),
+            "thresholds": curve.thresholds.tolist(),
+            "retained_fraction": curve.retained_fraction.tolist(),
+            "worst_step_bound": curve.worst_step_bound.tolist(),
+            "vacuous_steps": curve.vacuous_steps.tolist()}
+
+
+def _plot_tradeoff(curve: Any, metric: str, path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        raise WitcertError("the plot needs matplotlib (pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig: Any
+    ax: Any
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(curve.retained_fraction, curve.worst_step_bound, marker="o")
+    ax.set_xlabel("retained fraction of entries")
+    ax.set_ylabel(f"worst per-step bound ({metric})")
+    ax.set_title(f"retention vs per-step bound over {curve.n_steps} steps")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=110)
+    plt.close(fig)
+
+
+def _replay_text(out: dict[str, Any]) -> str:
+    lines = [f"{out['trace']}: {out['steps']} steps, {out['entries']} entries of "
+             f"{out['metric']} (aggregate {out['aggregate']})",
+             "  threshold  retained  worst step bound  vacuous steps"]
+    for t, r, w, v in zip(out["thresholds"], out["retained_fraction"], out["worst_step_bound"],
+                          out["vacuous_steps"], strict=True):
+        lines.append(f"  {t:9.4f}  {r:8.3f}  {w:16.4f}  {v:13d}")
+    lines.append(f"plot: {out['plot']}")
+    return "\n".join(lines)
+
+
+def _checkout(root: Path | None) -> Path:
+    if root is not None:
+        if not (root / "scripts" / "lean_build.sh").is_file():
+            raise WitcertError(f"--root {root}: not a witcert-calculus checkout "
+                               "(no scripts/lean_build.sh)")
+        return root
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        if (folder / "scripts" / "lean_build.sh").is_file() and (folder / "formal").is_dir():
+            return folder
+    raise WitcertError(f"no witcert-calculus checkout at or above {Path.cwd()} (formal check "
+                       "needs the sources: formal/ and scripts/); pass --root")
+
+
+def _formal(args: argparse.Namespace) -> dict[str, object]:
+    from witcert_calculus.theorems import cited_theorems, register_theorems
+    from witcert_calculus.validation import positive_int
+
+    root = _checkout(args.root)
+    jobs = positive_int("--jobs", args.jobs)
+    steps: list[tuple[str, list[str]]] = []
+    if not args.no_build:
+        steps.append(("Lean build", ["bash", "scripts/lean_build.sh", "--jobs", str(jobs)]))
+    steps.append(("sync check", ["bash", "scripts/check_formal_sync.sh"]))
+    for what, cmd in steps:
+        print(f"witcert formal check: {what}: {' '.join(cmd)}", flush=True)
+        if subprocess.run(cmd, cwd=root, check=False).returncode != 0:
+            raise WitcertError(f"{what} failed (see its output above)")
+    export = root / "formal" / "build" / "theorems.json"
+    if not export.is_file():
+        raise WitcertError(f"{export} is missing: run the Lean build (without --no-build)")
+    fresh = {r.name for r in register_theorems(export)}  # refuses a changed statement
+    missing = sorted(set(cited_theorems()) - fresh)
+    if missing:
+        raise WitcertError(f"{export} lacks theorems the library cites: {missing}")
+    return {"root": str(root), "built": not args.no_build, "export": str(export),
+            "theorems": len(fresh), "cited": len(cited_theorems())}
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], dict[str, object]]] = {
+    "gate-law": _gate, "rate": _rate, "explain": _explain, "ledger": _replay, "formal": _formal}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``witcert``; returns the exit code (2 on a bad argument)."""
     words = list(sys.argv[1:] if argv is None else argv)
@@ -88,12 +263,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo_main(words[1:])
     args = build_parser().parse_args(words)
     try:
-        out = _gate(args) if args.command == "gate-law" else _rate(args)
+        out: dict[str, Any] = _COMMANDS[args.command](args)
     except WitcertError as exc:
         print(f"witcert {args.command}: {exc}", file=sys.stderr)
         return 2
-    if args.json:
+    if getattr(args, "json", False):
         print(json.dumps(out))
+    elif args.command == "explain":
+        print(_explain_text(out))
+    elif args.command == "ledger":
+        print(_replay_text(out))
+    elif args.command == "formal":
+        print(f"witcert formal check: ok: {out['theorems']} theorems exported, every one of "
+              f"the {out['cited']} the library cites with its shipped statement")
     elif args.command == "gate-law" and out["admits_every_witness"]:
         print(f"{out['form']}: every witness keeps TV <= {out['tau']!r} (the form stays below 1)")
     elif args.command == "gate-law":

@@ -55,6 +55,15 @@ def test_demo_reproduces_the_stored_report(tmp_path: Path) -> None:
     assert point["coverage_tier_b"] >= 0.98 and point["key_bytes_measured"]
     assert point["key_bytes_per_token_head"] <= 0.6 * point["key_bytes_fp16"]
     assert schemes["dither_int8"]["coverage_tier_b"] < point["coverage_tier_b"]
+    # One entry trace per scheme; replayed at the threshold, it retains exactly the cells the
+    # report counts as covered (the same decode-step cells, read back from disk).
+    from witcert_calculus.entry_trace import read_entry_trace, replay_entry_trace
+
+    for name, s in schemes.items():
+        trace = read_entry_trace(tmp_path / "traces" / f"{name}.jsonl")
+        assert len(trace.steps) == 3 * 8 and {t.size for t in trace.steps} == {30 * 9}
+        curve = replay_entry_trace(trace, thresholds=[report["threshold"]])
+        assert curve.retained_fraction[0] == pytest.approx(s["coverage_tier_a"], abs=1e-12)
 
 
 @pytest.mark.parametrize("tau", [0.0, 1.0, -0.1, 1.5, float("nan")])

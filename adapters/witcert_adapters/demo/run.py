@@ -16,13 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, final
 
+import numpy as np
+import numpy.typing as npt
 import torch
+from tqdm import tqdm
 
 from witcert_adapters.demo.measure import spearman
 from witcert_adapters.demo.models import load_smollm2
 from witcert_adapters.demo.plot import plot_coverage
 from witcert_adapters.demo.reference import Reference, greedy_references
-from witcert_adapters.demo.replay import replay
+from witcert_adapters.demo.replay import RequestResult, replay
 from witcert_adapters.demo.report import (
     Json,
     header_lines,
@@ -43,7 +46,9 @@ from witcert_adapters.demo.settings import (
     DemoSettings,
 )
 from witcert_adapters.demo.tally import SchemeRow, SchemeTally
-from witcert_calculus import RiskLedger
+from witcert_adapters.records import FloatArray
+from witcert_calculus import Aggregate, InvalidValueError, RiskLedger
+from witcert_calculus.entry_trace import write_entry_trace
 
 __all__ = ["SchemeReport", "measure_scheme", "run_demo"]
 
@@ -58,12 +63,35 @@ class SchemeReport:
         per_layer: per layer, the covered fraction of decode-step cells.
         lines: the report's block of every request, in order.
         requests: the JSON entry of every request, in order.
+        trace: per decode step of every request, the reported Tier-A meter of each
+            (layer, head) cell, with its ``(request, step)`` label (an entry trace,
+            :mod:`witcert_calculus.entry_trace`).
     """
 
     row: SchemeRow
     per_layer: list[float]
     lines: tuple[str, ...]
     requests: tuple[Json, ...]
+    trace: tuple[tuple[tuple[str, int], FloatArray], ...]
+
+
+def decode_step_entries(result: RequestResult) -> list[tuple[tuple[str, int], FloatArray]]:
+    """Each decode step's reported meter over every (layer, head) cell, labelled
+    ``(scheme/request id, step)``: the entries a per-step gate would keep or send exact."""
+    run, plen = result.run, result.reference.prompt_len
+    cols: list[FloatArray] = []
+    positions: npt.NDArray[np.int64] | None = None
+    for layer in run.layers:
+        pos = run.read(layer).positions
+        sel = pos >= plen
+        if positions is not None and not np.array_equal(positions, pos[sel]):
+            raise InvalidValueError(f"layer {layer} positions", pos.tolist(),
+                                    "must be the decode positions of every other layer")
+        positions = pos[sel]
+        cols.append(run.reported(layer)[0][:, sel])  # [heads, decode steps]
+    cells = np.concatenate(cols, axis=0)  # [(layer, head), decode steps]
+    return [((f"{result.scheme}/{result.request_id}", k), cells[:, k].copy())
+            for k in range(cells.shape[1])]
 
 
 def measure_scheme(model: Any, ledger: RiskLedger, scheme: str, refs: Sequence[Reference],
@@ -83,19 +111,26 @@ def measure_scheme(model: Any, ledger: RiskLedger, scheme: str, refs: Sequence[R
     tally = SchemeTally.start(scheme, layers=int(model.config.num_hidden_layers))
     lines: list[str] = []
     requests: list[Json] = []
+    trace: list[tuple[tuple[str, int], FloatArray]] = []
     for ref in refs:
         result = replay(model, ledger, scheme, ref, delta_req=DELTA_REQ, bands=settings.bands)
+        trace += decode_step_entries(result)
         tally.add(result, threshold=settings.threshold)
         page = page_in_line(result.run, settings.threshold)
         lines += request_lines(result, threshold=settings.threshold, page_in=page)
         requests.append(request_json(result, page_in=page))
     return SchemeReport(tally.row(head_dim=int(model.config.head_dim)), tally.per_layer(),
-                        tuple(lines), tuple(requests))
+                        tuple(lines), tuple(requests), tuple(trace))
 
 
 def _write(out: Path, lines: Sequence[str], report: Json, per_layer: dict[str, list[float]],
-           threshold: float) -> None:
+           threshold: float, measured: Sequence[SchemeReport]) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    (out / "traces").mkdir(exist_ok=True)
+    for m in measured:
+        write_entry_trace(out / "traces" / f"{m.row.scheme}.jsonl", [b for _, b in m.trace],
+                          labels=[lab for lab, _ in m.trace], metric="AttentionTV[AtConsume]",
+                          aggregate=Aggregate.MAX, saturation=1.0)
     (out / "report.txt").write_text("\n".join(lines) + "\n")
     (out / "report.json").write_text(json.dumps(report, indent=2, allow_nan=True))
     plot_coverage(per_layer, threshold, out / "coverage.png")
@@ -104,7 +139,8 @@ def _write(out: Path, lines: Sequence[str], report: Json, per_layer: dict[str, l
 def run_demo(out: Path, *, schemes: tuple[str, ...] = DEMO_SCHEMES,
              prompts: tuple[str, ...] = PROMPTS, continuation: int = CONTINUATION,
              threshold: float = THRESHOLD, threads: int = 1, bands: int = BANDS) -> Json:
-    """Run the demo and write ``report.txt``, ``report.json`` and ``coverage.png`` into ``out``.
+    """Run the demo and write ``report.txt``, ``report.json``, ``coverage.png`` and one entry
+    trace per scheme, ``traces/SCHEME.jsonl`` (``witcert ledger replay`` reads it), into ``out``.
 
     The report is also printed.
 
@@ -136,7 +172,8 @@ def run_demo(out: Path, *, schemes: tuple[str, ...] = DEMO_SCHEMES,
                              continuation=settings.continuation)
     ledger = RiskLedger()
     measured = [measure_scheme(model, ledger, scheme, refs, settings)
-                for scheme in settings.schemes]
+                for scheme in tqdm(settings.schemes, desc="witcert demo", unit="scheme",
+                                   leave=False)]
     for m in measured:
         lines += m.lines
     rows = [m.row for m in measured]
@@ -149,6 +186,6 @@ def run_demo(out: Path, *, schemes: tuple[str, ...] = DEMO_SCHEMES,
     report = report_json(settings, requests=[r for m in measured for r in m.requests],
                          rows=rows, rho=rho, per_layer=per_layer, wall_s=wall,
                          fp16_bytes=fp16_bytes)
-    _write(out, lines, report, per_layer, settings.threshold)
+    _write(out, lines, report, per_layer, settings.threshold, measured)
     print("\n".join(lines))
     return report
