@@ -317,7 +317,7 @@ class RiskLedger:
                 the ledger; for a bad policy or token.
             JournalError: as :meth:`admit`.
 
-            Whatever ``reading`` raises propagates; nothing is then recorded.
+        Whatever ``reading`` raises propagates; nothing is then recorded.
 
         Example:
             >>> from witcert_calculus.contracts import Reading
@@ -390,7 +390,9 @@ class RiskLedger:
             SlotOwnershipError: if another request owns one of ``slots`` (a
                 request writes only its own and free slots); the whole batch is
                 refused, nothing is charged or journaled.
-            UnknownRequestError, BudgetExceededError, AllowanceMovedError,
+            UnknownRequestError: as :meth:`admit`.
+            BudgetExceededError: as :meth:`admit`.
+            AllowanceMovedError: as :meth:`admit`.
             JournalError: as :meth:`admit`.
 
         Lean: ``WitCert.Ledger.entry_fallback_sound`` (with the spend theorems).
