@@ -117,6 +117,7 @@ def test_explain_reads_json_and_toml_specs(suffix: str, tmp_path: Path,
     out = json.loads(capsys.readouterr().out)
     assert out["tier"] == "PARTIALLY_CERTIFIED" and out["cap"] is not None
     assert [s["name"] for s in out["stages"]] == ["score bridge", "softmax->TV (affine)"]
+    assert [s["tier"] for s in out["stages"]] == ["CERTIFIED", "PARTIALLY_CERTIFIED"]
     assert "AtWrite" in out["explain"]
 
 

@@ -198,6 +198,11 @@ class Stage:
         return _risk(affine, self.transfer(x), saturation)
 
     @property
+    def tier(self) -> Tier:
+        """The stage's own tier (PARTIALLY_CERTIFIED when proved on a bounded domain only)."""
+        return _capped_tier(self.evidence, self.cap)
+
+    @property
     def constant(self) -> bool:
         """Whether the output bound is the same for every input (``a = 0``, no transfer)."""
         return self.a == 0 and self.transfer is None
@@ -316,10 +321,7 @@ class Contract(Generic[In, Out]):
     @property
     def tier(self) -> Tier:
         """The contract's tier: weakest of its stages, PARTIALLY_CERTIFIED on a bounded domain."""
-        tier = decide_tier(self.evidence)
-        if self.cap is not None and tier == Tier.CERTIFIED:
-            return Tier.PARTIALLY_CERTIFIED
-        return tier
+        return _capped_tier(self.evidence, self.cap)
 
     @property
     def subset(self) -> str | None:
@@ -446,7 +448,7 @@ class Contract(Generic[In, Out]):
             lines.append(
                 f"  {i}. {s.name}: {metric_name(s.m_in)} -> {metric_name(s.m_out)}: "
                 f"e_out <= {_fmt(s.a)} * e_in + {_fmt(s.b)}{tf}{cap}; delta={_fmt(s.delta)}; "
-                f"{_describe(s.evidence)}; tier {_stage_tier(s).name}")
+                f"{_describe(s.evidence)}; tier {s.tier.name}")
         assumed = self.assumptions
         if assumed:
             lines.append("  assumed, not checked (the tier is at most PARTIALLY_CERTIFIED):")
@@ -481,9 +483,10 @@ class Contract(Generic[In, Out]):
                 f"stages above, with T: {through}")
 
 
-def _stage_tier(s: Stage) -> Tier:
-    tier = decide_tier(s.evidence)
-    return Tier.PARTIALLY_CERTIFIED if s.cap is not None and tier == Tier.CERTIFIED else tier
+def _capped_tier(evidence: Evidence, cap: Fraction | None) -> Tier:
+    # A bound proved on a bounded domain only is partially certified.
+    tier = decide_tier(evidence)
+    return Tier.PARTIALLY_CERTIFIED if cap is not None and tier == Tier.CERTIFIED else tier
 
 
 def _fmt(value: Fraction) -> str:

@@ -127,13 +127,13 @@ def _rate(args: argparse.Namespace) -> dict[str, object]:
 def _explain(args: argparse.Namespace) -> dict[str, object]:
     from witcert_calculus.chain_spec import load_chain_spec
     from witcert_calculus.theorems import lookup
-    from witcert_calculus.tiers import decide_tier, theorems_of
+    from witcert_calculus.tiers import theorems_of
 
     c = load_chain_spec(args.spec, site=args.site)
     stages = [{"name": s.name, "a": str(s.a), "b": str(s.b), "delta": str(s.delta),
                "cap": None if s.cap is None else str(s.cap),
                "transfer": None if s.transfer is None else s.transfer.formula(),
-               "tier": decide_tier(s.evidence).name,
+               "tier": s.tier.name,
                "theorems": [{"name": t, "statement": lookup(t).statement}
                             for t in theorems_of(s.evidence)]} for s in c.parts]
     return {"name": c.name, "tier": c.tier.name, "a": str(c.a), "b": str(c.b),
