@@ -20,7 +20,7 @@ from pathlib import Path
 
 from witcert_adapters.demo.models import smollm2_engine_dir
 from witcert_adapters.vllm_plugin.config import PluginConfig
-from witcert_adapters.vllm_plugin.launch import fp8_supported, run_offline
+from witcert_adapters.vllm_plugin.launch import FP8_NOT_METERED, run_offline
 
 PROMPTS = [
     "The capital of France is",
@@ -40,10 +40,8 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=128)
     args = p.parse_args()
     model = smollm2_engine_dir()
-    dtypes = ["auto"] + (["fp8"] if fp8_supported() else [])
-    if not fp8_supported():
-        print("fp8 KV cache: not measured (vLLM's CPU build needs AVX-512 or AMX; this CPU "
-              "has neither)")
+    dtypes = ["auto"]
+    print(FP8_NOT_METERED)
     print(f"time per output token, min of {args.repeat}, {args.tokens} tokens per sequence")
     print(f"{'kv cache':10s} {'seqs':>4s} {'off ms':>9s} {'meter ms':>9s} {'tanh ms':>9s} "
           f"{'meter/off':>9s} {'tanh/off':>9s}")

@@ -1,9 +1,9 @@
 """The live plugin, shown: vLLM serves SmolLM2 with its KV cache metered, per-request verdicts.
 
 ``python -m witcert_adapters.vllm_demo [--out FILE]`` starts vLLM's OpenAI-compatible
-server (CPU build, in ``.venv-vllm``) with the plugin switched on, audited, once per KV cache
-dtype: bfloat16 (the model's own dtype) and fp8 (``float8_e4m3fn`` with a per-layer scale;
-vLLM's CPU build serves it only on CPUs with AVX-512 or AMX). It sends a short battery of
+server (CPU build, in ``.venv-vllm``) with the plugin switched on, audited, with a bfloat16
+KV cache (the model's own dtype; no fp8 cache: :data:`~witcert_adapters.vllm_plugin.launch.
+FP8_NOT_METERED` says why, and the report says so). It sends a short battery of
 completion and chat requests, reads each request's verdict from the side endpoint
 ``/witcert/verdicts/{id}`` and the ``witcert_`` metrics from ``/metrics``, stops the server,
 and prints the verdicts side by side.
@@ -25,7 +25,7 @@ from typing import Any, Final, final
 
 from witcert_adapters.demo.models import smollm2_engine_dir
 from witcert_adapters.vllm_plugin.config import PluginConfig
-from witcert_adapters.vllm_plugin.launch import Server, fp8_supported
+from witcert_adapters.vllm_plugin.launch import FP8_NOT_METERED, Server
 
 __all__ = ["BATTERY", "Served", "main", "report", "serve_battery"]
 
@@ -145,12 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     model = smollm2_engine_dir()
     dtypes = ["auto"]
-    missing: list[str] = []
-    if fp8_supported():
-        dtypes.append("fp8")
-    else:
-        missing.append("fp8: not served here (vLLM's CPU build needs AVX-512 or AMX for an fp8 "
-                       "KV cache; this CPU has neither)")
+    missing = [FP8_NOT_METERED]
     with tempfile.TemporaryDirectory() as tmp:
         served = [serve_battery(kv, model=model, folder=Path(tmp)) for kv in dtypes]
     text = report(served, missing=missing)

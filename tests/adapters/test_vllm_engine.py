@@ -129,21 +129,17 @@ def test_a_malformed_switch_stops_the_engine_at_startup(model: Path, tmp_path: P
 
 @pytest.mark.skipif(not fp8_supported(), reason="vLLM's CPU build serves an fp8 KV cache only "
                     "on CPUs with AVX-512 or AMX; this CPU has neither")
-def test_fp8_cache_is_metered_below_bf16_with_zero_violations(
-        model: Path, runs: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+def test_an_fp8_cache_the_plugin_cannot_read_is_refused_not_served_unmetered(
+        model: Path, tmp_path: Path) -> None:
+    # vLLM's CPU fp8 kernels store keys that do not read back as written under the layout
+    # the plugin reads; the warm-up check must stop the engine rather than meter garbage.
     cfg = PluginConfig(store=tmp_path / "v.sqlite", tau=0.1, audit=True)
-    fp8 = run_offline(cfg, model=model, kv="fp8", prompts=PROMPTS, max_tokens=TOKENS,
-                      extra=CHUNKED)
-    ours = {r["request_id"] for r in fp8["requests"]}
-    verdicts = [v for v in fp8["verdicts"] if v["external"] in ours]
-    assert len(verdicts) == len(PROMPTS)
-    for v in verdicts:
-        assert v["violations"] == 0 and v["audited"] == v["cells"] > 0
-        assert v["gate"]["accepted"], v["gate"]
-    cells = sum(v["cells"] for v in verdicts)
-    coverage = sum(v["covered"] for v in verdicts) / cells
-    assert coverage < 1.0  # bf16: 1.0 (test_a_bfloat16_cache_holds_the_keys_exactly)
-    assert max(v["true_max"] for v in verdicts) > 0.0
+    with pytest.raises(RuntimeError) as err:
+        run_offline(cfg, model=model, kv="fp8", prompts=PROMPTS, max_tokens=TOKENS,
+                    extra=CHUNKED)
+    text = str(err.value)
+    assert "KV cache key layout (layer" in text and "refusing to serve unmetered" in text
+    assert "the keys read back differ from the keys written" in text
 
 
 def test_monitor_fails_a_stale_reader_closed_and_refuses_an_unmetered_backend(

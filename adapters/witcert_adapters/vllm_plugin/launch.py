@@ -31,7 +31,16 @@ from typing import Any, Final, final
 from witcert_adapters.vllm_plugin.config import ENV_VAR, PluginConfig
 from witcert_calculus.errors import InvalidValueError
 
-__all__ = ["Server", "engine_env", "engine_python", "fp8_supported", "run_offline"]
+__all__ = ["FP8_NOT_METERED", "Server", "engine_env", "engine_python", "fp8_supported",
+           "run_offline"]
+
+#: Why the demo, the server tests and the benchmark serve no fp8 cache: the plugin's
+#: warm-up check finds that the keys vLLM's CPU fp8 kernels store do not read back as the
+#: keys written under the layout it reads, and refuses to serve unmetered
+#: (``tests/adapters/test_vllm_engine.py`` runs that refusal where vLLM serves fp8).
+FP8_NOT_METERED = ("fp8: not metered here (the plugin reads no fp8 key layout of vLLM's CPU "
+                   "build: its fp8 kernels need AVX-512 or AMX, and the keys they store do not "
+                   "read back as written, so the plugin refuses such a cache at start-up)")
 
 _ROOT: Final = Path(__file__).resolve().parents[3]
 
