@@ -172,6 +172,8 @@ def test_ledger_replay_prints_the_library_curve_and_writes_a_plot(
                  str(tmp_path / "p.png")]) == 0
     text = capsys.readouterr().out
     assert "9 steps, 108 entries" in text and (tmp_path / "p.png").exists()
+    assert main(["ledger", "replay", str(tmp_path / "t.jsonl"), "--points", "1"]) == 2
+    assert "points=1 is invalid" in capsys.readouterr().err
 
 
 def test_a_trace_round_trips(tmp_path: Path) -> None:

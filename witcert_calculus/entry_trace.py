@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from witcert_calculus.entries import Aggregate, TradeoffCurve, tradeoff_curve
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.validation import json_object
+from witcert_calculus.validation import json_object, positive_int
 
 __all__ = ["EntryTrace", "read_entry_trace", "replay_entry_trace", "write_entry_trace"]
 
@@ -66,10 +66,11 @@ class EntryTrace:
 
 
 def _aggregate(value: object, where: str) -> Aggregate:
-    names = {a.name.lower(): a for a in Aggregate}
-    if not isinstance(value, str) or value not in names:
-        raise InvalidValueError(f"{where}: aggregate", value, f"must be one of {sorted(names)}")
-    return names[value]
+    try:
+        return Aggregate(value)
+    except ValueError:
+        raise InvalidValueError(f"{where}: aggregate", value,
+                                f"must be one of {[a.value for a in Aggregate]}") from None
 
 
 def write_entry_trace(path: str | os.PathLike[str], steps: Sequence[npt.ArrayLike], *,
@@ -87,7 +88,7 @@ def write_entry_trace(path: str | os.PathLike[str], steps: Sequence[npt.ArrayLik
     if len(labels) != len(steps):
         raise InvalidValueError("labels", len(labels), f"must label each of the {len(steps)} steps")
     lines = [json.dumps({"format": FORMAT, "version": VERSION, "metric": metric,
-                         "aggregate": aggregate.name.lower(), "saturation": saturation})]
+                         "aggregate": aggregate.value, "saturation": saturation})]
     for i, ((req, step), b) in enumerate(zip(labels, steps, strict=True)):
         arr = np.asarray(b, dtype=np.float64).ravel()
         if not bool(np.isfinite(arr).all()) or bool((arr < 0).any()):
@@ -168,10 +169,14 @@ def read_entry_trace(path: str | os.PathLike[str]) -> EntryTrace:
                       steps=tuple(steps), labels=tuple(labels))
 
 
-def replay_entry_trace(trace: EntryTrace, *, thresholds: npt.ArrayLike | None = None
-                       ) -> TradeoffCurve:
+def replay_entry_trace(trace: EntryTrace, *, thresholds: npt.ArrayLike | None = None,
+                       points: int = 41) -> TradeoffCurve:
     """The retention / per-step bound trade-off of a trace (:func:`~witcert_calculus.entries.
-    tradeoff_curve`), by default at 41 thresholds spread from 0 to the largest bound.
+    tradeoff_curve`) at ``thresholds``, by default at ``points`` thresholds spread evenly from
+    0 to the largest bound.
+
+    Raises:
+        InvalidValueError: ``points`` below 2, or bad thresholds.
 
     Example:
         >>> t = EntryTrace("TV", Aggregate.MAX, 1.0, (np.array([0.1, 0.3]),), (("r", 0),))
@@ -180,6 +185,6 @@ def replay_entry_trace(trace: EntryTrace, *, thresholds: npt.ArrayLike | None = 
     """
     if thresholds is None:
         top = max(float(s.max()) for s in trace.steps)
-        thresholds = np.linspace(0.0, top, 41)
+        thresholds = np.linspace(0.0, top, positive_int("points", points, minimum=2))
     return tradeoff_curve(list(trace.steps), thresholds=thresholds, aggregate=trace.aggregate,
                           saturation=trace.saturation)

@@ -156,19 +156,14 @@ def _explain_text(out: dict[str, Any]) -> str:
 
 
 def _replay(args: argparse.Namespace) -> dict[str, object]:
-    import numpy as np
-
     from witcert_calculus.entry_trace import read_entry_trace, replay_entry_trace
-    from witcert_calculus.validation import positive_int
 
-    points = positive_int("--points", args.points, minimum=2)
     trace = read_entry_trace(args.trace)
-    top = max(float(s.max()) for s in trace.steps)
-    curve = replay_entry_trace(trace, thresholds=np.linspace(0.0, top, points))
+    curve = replay_entry_trace(trace, points=args.points)
     plot = args.plot if args.plot is not None else Path(args.trace).with_suffix(".tradeoff.png")
     _plot_tradeoff(curve, trace.metric, plot)
     return {"trace": str(args.trace), "metric": trace.metric,
-            "aggregate": trace.aggregate.name.lower(), "steps": curve.n_steps,
+            "aggregate": trace.aggregate.value, "steps": curve.n_steps,
             "entries": sum(int(s.size) for s in trace.steps), "plot": str(plot),
             "thresholds": curve.thresholds.tolist(),
             "retained_fraction": curve.retained_fraction.tolist(),
