@@ -27,6 +27,7 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     ├── SlotOwnershipError           (PermissionError) writing or evicting another's slot
     ├── JournalError                 (OSError)     the durable journal cannot be used
     ├── EngineMismatchError          (RuntimeError) a serving engine unlike the one an adapter hooks
+    ├── InjectionError               (RuntimeError) engine source an adapter cannot patch or restore
     ├── TheoremExportError           (ValueError)  a Lean export file that cannot be registered
     └── ChainSpecError               (ValueError)  a chain spec that cannot be built
 
@@ -48,6 +49,7 @@ __all__ = [
     "ChainSpecError",
     "EngineMismatchError",
     "ForgedBoundError",
+    "InjectionError",
     "InvalidValueError",
     "JournalError",
     "MetricAlreadyRegisteredError",
@@ -565,6 +567,29 @@ class EngineMismatchError(WitcertError, RuntimeError):
     def _message(self) -> str:
         return (f"{self.what}: the witcert plugin supports {self.expected}, the engine has "
                 f"{self.actual}; refusing to serve unmetered")
+
+
+@final
+class InjectionError(WitcertError, RuntimeError):
+    """Engine source that an adapter cannot patch, or a patched file it cannot restore.
+
+    Raised when an anchor (an exact block of upstream source) is not found the expected
+    number of times, or when a file's bytes differ from what was recorded before patching.
+
+    Args:
+        source: the file or object the text came from.
+        anchor: the anchor's name (or ``"restore"`` for a revert).
+        reason: what differs (the hit count found against the one expected, a hash).
+    """
+
+    def __init__(self, source: str, anchor: str, reason: str) -> None:
+        self.source = source
+        self.anchor = anchor
+        self.reason = reason
+        super().__init__(source, anchor, reason)
+
+    def _message(self) -> str:
+        return f"{self.source}: anchor {self.anchor!r} {self.reason}; refusing to patch"
 
 
 @final
