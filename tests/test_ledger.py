@@ -522,11 +522,11 @@ def test_prometheus_export() -> None:
         float(m.group(5))
         labels = m.group(3) or ""
         assert "request" not in labels and "slot=" not in labels
-    assert 'witcert_ledger_admissions_total{kind="probabilistic"} 3' in text
-    assert 'witcert_ledger_admissions_total{kind="empirical_fallback"} 3' in text
-    assert 'witcert_slots{state="masked"} 3' in text
-    assert 'witcert_slots{state="kept_exact"} 3' in text
-    assert 'witcert_eprocess_observations_total{sentinel="layer0.tv"} 2' in text
-    assert "witcert_ledger_requests_total 3" in text
+    assert 'witcert_ledger_admissions_total{kind="probabilistic"} 3.0\n' in text
+    assert 'witcert_ledger_admissions_total{kind="empirical_fallback"} 3.0\n' in text
+    assert 'witcert_slots{state="masked"} 3.0\n' in text
+    assert 'witcert_slots{state="kept_exact"} 3.0\n' in text
+    assert 'witcert_eprocess_observations_total{sentinel="layer0.tv"} 2.0\n' in text
+    assert "witcert_ledger_requests_total 3.0\n" in text
     for n in names:
         assert n.endswith("_total") == (f"# TYPE {n} counter" in text)

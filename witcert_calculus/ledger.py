@@ -66,7 +66,6 @@ from witcert_calculus.eprocess import EProcessState, Sentinels, observation_batc
 from witcert_calculus.errors import InvalidValueError, UnknownRequestError
 from witcert_calculus.eventlog import EventLog
 from witcert_calculus.metrics import Metric
-from witcert_calculus.prometheus import prometheus_text
 from witcert_calculus.records import (
     Admission,
     EmpiricalPolicy,
@@ -468,7 +467,14 @@ class RiskLedger:
     # ------------------------------------------------------------------ export
 
     def prometheus(self) -> str:
-        """Prometheus text exposition of the ledger's gauges and counters (``witcert_`` prefix)."""
+        """Prometheus text exposition of the ledger's gauges and counters (``witcert_`` prefix).
+
+        Rendered by ``prometheus_client`` (the ``metrics`` extra), imported on first use;
+        :class:`~witcert_calculus.prometheus.LedgerCollector` registers the same families
+        in a registry that a server scrapes.
+        """
+        from witcert_calculus.prometheus import prometheus_text
+
         return prometheus_text(self.stats())
 
     def stats(self) -> LedgerStats:

@@ -8,7 +8,9 @@ Loaded by vLLM's ``vllm.endpoint_plugins`` mechanism in the API server process:
   completion's id covers each of its prompts), as JSON ``{"request_id": ..., "verdicts":
   [...]}``; 404 until the engine has written one (one engine step after the request
   finished). ``GET /witcert/verdicts`` lists all.
-- metrics through prometheus_client, in the registry vLLM's ``/metrics`` serves: per
+- metrics through prometheus_client, in the registry vLLM's ``/metrics`` serves (the
+  families are built by :mod:`witcert_calculus.prometheus`, which also defines the
+  ledger's and the meters' families): per
   ``(kv_cache_dtype, tier)`` counters of requests and cells, covered, saturated, audited
   and violating cells, and the coverage ratio and threshold. Labels are low-cardinality
   (dtype and tier); per-request values never become labels.
@@ -23,13 +25,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, final
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from witcert_adapters.vllm_plugin.config import PluginConfig, active
 from witcert_adapters.vllm_plugin.store import VerdictStore
+from witcert_calculus.prometheus import counter, gauge
 
 __all__ = ["VerdictCollector", "VerdictEndpoint"]
+
+#: ``(family name, field of the store's totals, help)`` of each verdict counter.
+_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("witcert_requests_total", "requests", "Finished requests with a verdict"),
+    ("witcert_cells_total", "cells", "Metered (layer, head, query row) cells"),
+    ("witcert_cells_covered_total", "covered", "Cells whose meter is <= the threshold"),
+    ("witcert_cells_saturated_total", "saturated", "Cells whose bound is vacuous (>= 1)"),
+    ("witcert_cells_audited_total", "audited", "Cells audited against exact attention"),
+    ("witcert_audit_violations_total", "violations",
+     "Audited cells whose true TV exceeded the bound"),
+)
 
 
 @final
@@ -41,33 +54,21 @@ class VerdictCollector(Collector):
         self.config = config
 
     def collect(self) -> Iterator[Any]:
+        """The verdict families, built by :mod:`witcert_calculus.prometheus` (one definition)."""
         labels = ["kv_cache_dtype", "tier"]
-        families = {
-            "requests": CounterMetricFamily("witcert_requests", "Finished requests with a "
-                                            "verdict", labels=labels),
-            "cells": CounterMetricFamily("witcert_cells", "Metered (layer, head, query row) "
-                                         "cells", labels=labels),
-            "covered": CounterMetricFamily("witcert_cells_covered", "Cells whose meter is "
-                                           "<= the threshold", labels=labels),
-            "saturated": CounterMetricFamily("witcert_cells_saturated", "Cells whose bound "
-                                             "is vacuous (>= 1)", labels=labels),
-            "audited": CounterMetricFamily("witcert_cells_audited", "Cells audited against "
-                                           "exact attention", labels=labels),
-            "violations": CounterMetricFamily("witcert_audit_violations", "Audited cells "
-                                              "whose true TV exceeded the bound",
-                                              labels=labels),
-        }
-        ratio = GaugeMetricFamily("witcert_coverage_ratio", "Covered cells / cells over "
-                                  "finished requests", labels=labels)
-        for t in self.store.totals():
-            values = [t.kv_cache_dtype, t.tier]
-            for name, family in families.items():
-                family.add_metric(values, float(getattr(t, name)))
-            ratio.add_metric(values, t.covered / t.cells if t.cells else 0.0)
-        yield from families.values()
-        yield ratio
-        yield GaugeMetricFamily("witcert_coverage_threshold", "Meter threshold of coverage",
-                                value=self.config.tau)
+        totals = self.store.totals()
+
+        def by(t: Any) -> dict[str, str]:
+            return {"kv_cache_dtype": t.kv_cache_dtype, "tier": t.tier}
+
+        for name, field, help_ in _COUNTERS:
+            yield counter(name, help_, [(by(t), float(getattr(t, field))) for t in totals],
+                          labels=labels)
+        yield gauge("witcert_coverage_ratio", "Covered cells / cells over finished requests",
+                    [(by(t), t.covered / t.cells if t.cells else 0.0) for t in totals],
+                    labels=labels)
+        yield gauge("witcert_coverage_threshold", "Meter threshold of coverage",
+                    [({}, self.config.tau)])
 
 
 @final
