@@ -57,9 +57,9 @@ import torch
 from witcert_calculus.dither import GRID_BITS, GRID_MEAN, GRID_STEP, NON_ADAPTIVE_QUERIES, \
     PHILOX_MULTIPLIERS, PHILOX_UNIFORM, PHILOX_WEYL, QMAX, ByteAccount
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.rounding import cast_margin, grid_mean_margin, radius_margin, \
+from witcert_calculus.rounding import Margin, cast_margin, grid_mean_margin, radius_margin, \
     variance_margin
-from witcert_calculus.tiers import Assumption, Premise
+from witcert_calculus.tiers import Assumption, Evidence, Premise
 from witcert_calculus.validation import positive_int, real, uint
 from witcert_calculus.witness import LogitBound, RopeLayout
 from witcert_kernels.meter import _add_bounds, band_norms  # pyright: ignore[reportPrivateUsage]
@@ -487,52 +487,90 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
         >>> tuple(u.values.shape), bool((u.values > 0).all()), float(u.delta)
         ((1, 1, 1, 2), True, 0.001)
     """
-    q = query.to(_F64)
     s = scales.to(_F64)
-    d, nb = int(q.shape[-1]), int(s.shape[-1])
-    if nb < 1 or d % nb:
-        raise InvalidValueError("scales", tuple(scales.shape),
-                                f"its {nb} blocks must divide head_dim {d}")
-    sc = real("scale", scale, lo=0.0, lo_open=True)
-    dl = real("delta_loc", delta_loc, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
-    q_full = q  # the cast term covers every channel
-    if exact is not None:
-        q = torch.where(exact.to(torch.bool), torch.zeros_like(q), q)
-    blocks = q.reshape(*q.shape[:-1], nb, d // nb)
-    q2 = (blocks * blocks).sum(dim=-1)  # [..., Q, nb]
-    q_abs = blocks.abs().sum(dim=-1)
-    # exact tokens: no block with both a nonzero scale and a nonzero query channel
-    live = torch.einsum("...qn,...sn->...qs", (blocks != 0).any(dim=-1).to(_F64),
-                        (s != 0).to(_F64))
-    zero = live == 0
-    vm = variance_margin(d, nb, scale=sc)
-    q_max = q.abs().amax(dim=-1, keepdim=True)  # [..., Q, 1]
-    var = (sc * sc) * torch.einsum("...qn,...sn->...qs", q2, s * s) / 12.0
-    var = outward(var, gamma=vm.gamma, alpha=vm.alpha * (1.0 + q_max * q_max), exact=zero)
-    log_term = torch.log(2.0 * visible.to(_F64) / dl).unsqueeze(-1)  # [Q, 1]
-    rm = radius_margin()
-    radius = outward(torch.sqrt(2.0 * var * log_term), gamma=rm.gamma, alpha=rm.alpha,
-                     exact=var == 0)
-    mm = grid_mean_margin(d, nb, scale=sc)
-    mean = outward(sc * torch.einsum("...qn,...sn->...qs", q_abs, s) * GRID_MEAN,
-                   gamma=mm.gamma, alpha=mm.alpha, exact=zero)
+    tq = _tier_b_query(query, blocks=int(s.shape[-1]), scale=scale, delta_loc=delta_loc,
+                       exact=exact, cast=cast is not None)
+    sc = tq.scale
+    zero = torch.einsum("...qn,...sn->...qs", tq.live, (s != 0).to(_F64)) == 0
+    var = (sc * sc) * torch.einsum("...qn,...sn->...qs", tq.q2, s * s) / 12.0
+    var = outward(var, gamma=tq.var_margin.gamma, alpha=tq.var_alpha, exact=zero)
+    log_term = _tier_b_log_term(visible, tq.delta_loc).unsqueeze(-1)  # [Q, 1]
+    radius = outward(torch.sqrt(2.0 * var * log_term), gamma=tq.radius_margin.gamma,
+                     alpha=tq.radius_margin.alpha, exact=var == 0)
+    mean = outward(sc * torch.einsum("...qn,...sn->...qs", tq.q_abs, s) * GRID_MEAN,
+                   gamma=tq.mean_margin.gamma, alpha=tq.mean_margin.alpha, exact=zero)
     u = radius + mean
     checks = [("every block scale is finite and >= 0", (torch.isfinite(s) & (s >= 0)).all()),
               ("visible[i] >= 1 for every query row i", (visible >= 1).all())]
-    if cast is not None:
-        # one band holds every channel, whatever the layout: a rigorous ||q||
-        q_norm = band_norms(q_full, bands=1, layout=RopeLayout.HALF_SPLIT)  # [..., Q, 1]
+    if cast is not None and tq.q_norm is not None:
         e = cast.to(_F64).unsqueeze(-2)  # [..., 1, S]
-        cm = cast_margin()
-        term = outward(sc * q_norm * e, gamma=cm.gamma, alpha=cm.alpha,
-                       exact=(q_norm == 0) | (e == 0))
+        cm = tq.cast_margin
+        term = outward(sc * tq.q_norm * e, gamma=cm.gamma, alpha=cm.alpha,
+                       exact=(tq.q_norm == 0) | (e == 0))
         u = u + term
         checks.append(("cast_t is finite and >= 0 for every token", (torch.isfinite(e) & (
             e >= 0)).all()))
-    evidence = _tier_b_evidence(premises=(
-        Premise("scale > 0 and 0 < delta_loc < 1", sc > 0 and 0 < dl < 1),
-        Premise(f"the {nb} scale blocks tile the {d} channels", nb >= 1 and d % nb == 0)),
-        union=None, assumptions=(NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM, STORED_ENCODING))
-    return _establish(u, evidence=evidence, delta=Fraction(dl),
+    return _establish(u, evidence=_tier_b_query_evidence(tq, (STORED_ENCODING,)),
+                      delta=Fraction(tq.delta_loc),
                       source="witcert_kernels.dither.tier_b_logit_bound", add=_add_bounds,
                       checks=tuple(checks))
+
+
+@final
+@dataclass(frozen=True, slots=True, eq=False)
+class _TierBQuery:
+    """The query side of the Tier-B bound, shared by :func:`tier_b_logit_bound` and the fused
+    decode kernel's launch (:mod:`witcert_kernels.triton_decode`): per query row and scale
+    block, the sums over the kept channels (the exact ones zeroed) and the margins."""
+
+    q2: torch.Tensor  # [..., Q, nb] sum of q_c^2 over the kept channels of each block
+    q_abs: torch.Tensor  # [..., Q, nb] sum of |q_c| over them
+    live: torch.Tensor  # [..., Q, nb] 1.0 where a block holds a nonzero kept channel
+    var_alpha: torch.Tensor  # [..., Q, 1] the variance's absolute margin for the row
+    q_norm: torch.Tensor | None  # [..., Q, 1] ||q|| over every channel, rounded outward
+    scale: float
+    delta_loc: float
+    head_dim: int
+    blocks: int
+    var_margin: Margin
+    radius_margin: Margin
+    mean_margin: Margin
+    cast_margin: Margin
+
+
+def _tier_b_query(query: torch.Tensor, *, blocks: int, scale: float, delta_loc: float,
+                  exact: torch.Tensor | None, cast: bool) -> _TierBQuery:
+    """The query-side pieces of ``u_t`` (validated scale, delta_loc and block count)."""
+    q = query.to(_F64)
+    d, nb = int(q.shape[-1]), blocks
+    if nb < 1 or d % nb:
+        raise InvalidValueError("scales", f"{nb} blocks", f"must divide head_dim {d}")
+    sc = real("scale", scale, lo=0.0, lo_open=True)
+    dl = real("delta_loc", delta_loc, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    # one band holds every channel, whatever the layout: a rigorous ||q|| for the cast term
+    q_norm = band_norms(q, bands=1, layout=RopeLayout.HALF_SPLIT) if cast else None
+    if exact is not None:
+        q = torch.where(exact.to(torch.bool), torch.zeros_like(q), q)
+    grouped = q.reshape(*q.shape[:-1], nb, d // nb)
+    vm = variance_margin(d, nb, scale=sc)
+    q_max = q.abs().amax(dim=-1, keepdim=True)  # [..., Q, 1]
+    return _TierBQuery(q2=(grouped * grouped).sum(dim=-1), q_abs=grouped.abs().sum(dim=-1),
+                       live=(grouped != 0).any(dim=-1).to(_F64),
+                       var_alpha=vm.alpha * (1.0 + q_max * q_max), q_norm=q_norm, scale=sc,
+                       delta_loc=dl, head_dim=d, blocks=nb, var_margin=vm,
+                       radius_margin=radius_margin(),
+                       mean_margin=grid_mean_margin(d, nb, scale=sc), cast_margin=cast_margin())
+
+
+def _tier_b_log_term(visible: torch.Tensor, delta_loc: float) -> torch.Tensor:
+    """The union bound's ``log(2 S_row / delta_loc)`` per row (``visible`` tokens each)."""
+    return torch.log(2.0 * visible.to(_F64) / delta_loc)
+
+
+def _tier_b_query_evidence(tq: _TierBQuery, assumptions: tuple[Assumption, ...]) -> Evidence:
+    """The evidence of a Tier-B bound built from ``tq`` (beside the per-tensor checks)."""
+    sc, dl, d, nb = tq.scale, tq.delta_loc, tq.head_dim, tq.blocks
+    return _tier_b_evidence(premises=(
+        Premise("scale > 0 and 0 < delta_loc < 1", sc > 0 and 0 < dl < 1),
+        Premise(f"the {nb} scale blocks tile the {d} channels", nb >= 1 and d % nb == 0)),
+        union=None, assumptions=(NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM, *assumptions))

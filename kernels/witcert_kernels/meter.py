@@ -83,11 +83,17 @@ _F64 = torch.float64
 
 @lru_cache(maxsize=64)
 def _band_layout(head_dim: int, bands: int, layout: RopeLayout, device: torch.device
-                 ) -> tuple[torch.Tensor, tuple[int, ...]]:
-    """Channel permutation that makes every band contiguous, and the band sizes."""
+                 ) -> tuple[torch.Tensor, tuple[int, ...], torch.Tensor, torch.Tensor]:
+    """Channel permutation that makes every band contiguous, the band sizes, and the bands'
+    norm margins ``(gamma, alpha)`` as device tensors (made once per device: no host-to-device
+    copy on later calls, so a call can be captured in a CUDA graph)."""
     channels = band_channels(head_dim, bands=bands, layout=layout)
     perm = torch.as_tensor(np.concatenate(channels), dtype=torch.int64, device=device)
-    return perm, tuple(int(c.size) for c in channels)
+    sizes = tuple(int(c.size) for c in channels)
+    margins = [band_norm_margin(m) for m in sizes]
+    gamma = torch.tensor([m.gamma for m in margins], dtype=_F64, device=device)
+    floor = torch.tensor([m.alpha for m in margins], dtype=_F64, device=device)
+    return perm, sizes, gamma, floor
 
 
 def band_norms(x: torch.Tensor, *, bands: int, layout: RopeLayout) -> torch.Tensor:
@@ -113,7 +119,8 @@ def band_norms(x: torch.Tensor, *, bands: int, layout: RopeLayout) -> torch.Tens
         ...            layout=RopeLayout.HALF_SPLIT).tolist()
         [5.000000000000005]
     """
-    perm, sizes = _band_layout(int(x.shape[-1]), positive_int("bands", bands), layout, x.device)
+    perm, sizes, gamma, floor = _band_layout(int(x.shape[-1]), positive_int("bands", bands),
+                                             layout, x.device)
     xp = x.to(_F64).index_select(-1, perm)
     if len(set(sizes)) == 1:  # equal bands: one reshape
         grouped = xp.reshape(*xp.shape[:-1], bands, sizes[0])
@@ -127,9 +134,6 @@ def band_norms(x: torch.Tensor, *, bands: int, layout: RopeLayout) -> torch.Tens
         amax = band_max.amax(dim=-1, keepdim=True)
         div = torch.where(amax > 0, amax, 1.0)
         band_sq = torch.stack([((p / div) * (p / div)).sum(dim=-1) for p in pieces], dim=-1)
-    margins = [band_norm_margin(m) for m in sizes]
-    gamma = torch.tensor([m.gamma for m in margins], dtype=_F64, device=x.device)
-    floor = torch.tensor([m.alpha for m in margins], dtype=_F64, device=x.device)
     return outward(torch.sqrt(band_sq) * amax, gamma=gamma, alpha=floor * amax + TINY,
                    exact=band_max == 0)
 

@@ -170,20 +170,29 @@ def test_the_unmetered_kernel_gives_the_same_output() -> None:
 
 
 def test_the_gpu_benchmark_runs_dry() -> None:
-    """``benchmarks/bench_kernels_gpu.py --dry`` runs the benchmark's code at toy sizes in
-    the interpreter and prints its ratio table (the GPU numbers come from a GPU run)."""
+    """``benchmarks/bench_kernels_gpu.py --dry`` checks its arguments and runs the benchmark's
+    code at toy sizes in the interpreter, checking instead of timing: the metered and
+    unmetered kernels (and the pooled read against decode over ``dither_read`` keys) give the
+    same outputs, the launch counter counts every launch, the store reads back within s/2
+    (the GPU numbers come from a GPU run)."""
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_kernels_gpu.py"),
-                           "--dry"], capture_output=True, text=True, timeout=300, cwd=root)
+    script = str(root / "benchmarks" / "bench_kernels_gpu.py")
+    proc = subprocess.run([sys.executable, script, "--dry"], capture_output=True, text=True,
+                          timeout=300, cwd=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines() if line[:1] == " "]
-    assert [(int(r[0]), int(r[1])) for r in rows] == [(16, 1), (16, 2), (48, 1), (48, 2)]
-    assert all(float(r[4]) > 0 for r in rows)
-    assert "dither store" in proc.stdout and "witness write" in proc.stdout
+    assert [(int(r[0]), int(r[1])) for r in rows] == [(16, 1), (16, 2), (48, 1), (48, 2)] * 2
+    assert all(r[2] == "equal" for r in rows)
+    assert "launch counter 4 (expected 4)" in proc.stdout
+    assert "read back within s/2, witnesses equal to their twin" in proc.stdout
+    assert " ms" not in proc.stdout  # no timings in a dry run
+    bad = subprocess.run([sys.executable, script, "--dry", "--replays", "0"],
+                         capture_output=True, text=True, timeout=300, cwd=root)
+    assert bad.returncode == 2 and "--replays must be positive" in bad.stderr
 
 
 def test_the_kernels_bounds_become_readings_with_computed_premises() -> None:
