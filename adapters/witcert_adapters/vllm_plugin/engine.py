@@ -439,10 +439,18 @@ def attach() -> None:
 
     Raises:
         EngineMismatchError: the engine is not the one the plugin supports (see
-            :func:`check_engine`), or the platform is not vLLM's CPU platform.
+            :func:`check_engine`), or the platform is neither vLLM's CPU platform nor a
+            GPU served by the Triton backend (:mod:`.triton_path`).
     """
     check_engine()
     from vllm.platforms import current_platform
+    if current_platform.is_cuda_alike():  # GPUs serve through the Triton backend
+        from witcert_adapters.vllm_plugin.triton_path import attach_triton
+        config = active()
+        if config is None:
+            raise EngineMismatchError("plugin switch", "WITCERT_VLLM set", "unset")
+        attach_triton(bands=config.bands)
+        return
     if not current_platform.is_cpu():
         raise EngineMismatchError("platform", "cpu (the CPU_ATTN backend)",
                                   str(current_platform.device_type))
