@@ -104,3 +104,13 @@ def test_the_triton_backend_routes_its_kernel_call_to_the_meter() -> None:
     ``attach_triton``, vLLM's registry resolves ``TRITON_ATTN`` to the metered backend."""
     got = _case("route")["refusals"]
     assert len(got) == 5 and all("refusing to serve unmetered" in e for e in got)
+
+
+def test_the_triton_path_folds_each_step_into_the_requests_verdicts() -> None:
+    """Two routed layers serve two requests through a prefill and a decode step: certified
+    verdicts with full coverage in the SQLite store; a layer that never wrote its keys fails
+    coverage; a negative witness fails its request closed."""
+    result = _case("fold")
+    assert result["verdicts"]["a"] == ["CERTIFIED", None, 1.0]
+    assert result["verdicts"]["c"][1] == "coverage"
+    assert result["verdicts"]["d"][0] is None

@@ -34,6 +34,7 @@ from __future__ import annotations
 import inspect
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any, Final
 
 import torch
@@ -41,7 +42,7 @@ import torch
 from witcert_adapters.vllm_plugin.config import PluginConfig, active
 from witcert_adapters.vllm_plugin.meter import meter_rows, write_witnesses
 from witcert_adapters.vllm_plugin.paged import CacheFormat, StepLayout, cache_format, \
-    stored_keys, visible_keys
+    layer_index, stored_keys, visible_keys
 from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
@@ -168,12 +169,7 @@ class Monitor:
 
     def index(self, layer: Any) -> int:
         """The attention layer's index, from its name (``model.layers.7.self_attn.attn``)."""
-        digits = [int(p) for p in str(layer.layer_name).split(".") if p.isdigit()]
-        if len(digits) != 1 or not 0 <= digits[0] < self.n_layers:
-            raise EngineMismatchError("attention layer name",
-                                      f"one layer index below {self.n_layers}",
-                                      str(layer.layer_name))
-        return digits[0]
+        return layer_index(layer, self.n_layers)
 
     def _allocate(self, kv_cache: torch.Tensor, key: torch.Tensor) -> SlotWitnesses:
         if self.buffer is None:
@@ -251,12 +247,9 @@ class Monitor:
         self._metadata = None
         if self.accounts is None or self.positions is None:
             return
-        for request in sorted(scheduler_output.finished_req_ids):
-            seat = self.accounts.seat(request)
-            verdict = self.accounts.finish(request)
-            if verdict is not None and seat is not None:
-                self.positions.clear(seat)
-                self.store.put(verdict)
+        for seat, verdict in self.accounts.finish_all(scheduler_output.finished_req_ids):
+            self.positions.clear(seat)
+            self.store.put(verdict)
 
     def end(self, runner: Any, scheduler_output: Any) -> None:
         """After a step: meter every captured cell and fold it into the accounts."""
@@ -415,7 +408,9 @@ class WitcertCPUAttentionBackend(cpu_attn.CPUAttentionBackend):  # type: ignore[
 _wrapped = False
 
 
-def _wrap_runner() -> None:
+def _wrap_runner(get_monitor: Callable[[], Any]) -> None:
+    # the step's accounting around the model runner's step: ``begin`` and ``end`` of the
+    # monitor ``get_monitor`` returns (the CPU path's :class:`Monitor`, or the Triton path's)
     global _wrapped
     if _wrapped:
         return
@@ -423,7 +418,7 @@ def _wrap_runner() -> None:
     original = runner_cls.execute_model
 
     def execute_model(self: Any, scheduler_output: Any, intermediate_tensors: Any = None) -> Any:
-        mon = monitor()
+        mon = get_monitor()
         mon.begin(scheduler_output)
         out = original(self, scheduler_output, intermediate_tensors)
         mon.end(self, scheduler_output)
@@ -449,7 +444,8 @@ def attach() -> None:
         config = active()
         if config is None:
             raise EngineMismatchError("plugin switch", "WITCERT_VLLM set", "unset")
-        attach_triton(bands=config.bands)
+        mon = attach_triton(config)
+        _wrap_runner(lambda: mon)
         return
     if not current_platform.is_cpu():
         raise EngineMismatchError("platform", "cpu (the CPU_ATTN backend)",
@@ -458,4 +454,4 @@ def attach() -> None:
         AttentionBackendEnum, register_backend)
     register_backend(AttentionBackendEnum.CPU_ATTN,
                      f"{__name__}.{WitcertCPUAttentionBackend.__name__}")
-    _wrap_runner()
+    _wrap_runner(monitor)

@@ -19,7 +19,8 @@ over layers, tokens or requests):
 
 Main declarations
 -----------------
-- :func:`write_witnesses`, :func:`meter_rows`, :class:`StepMeter`, :data:`SUMMARY`.
+- :func:`write_witnesses`, :func:`meter_rows`, :func:`summary_columns`, :class:`StepMeter`,
+  :data:`SUMMARY`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from witcert_calculus.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_
 from witcert_kernels.meter import band_norms, logit_bound, round_up_f32, tv_bounds_batch, \
     tv_tanh_max_batch
 
-__all__ = ["SUMMARY", "StepMeter", "meter_rows", "write_witnesses"]
+__all__ = ["SUMMARY", "StepMeter", "meter_rows", "summary_columns", "write_witnesses"]
 
 _F64 = torch.float64
 
@@ -95,6 +96,31 @@ def _by_row(per_request: torch.Tensor, step: StepLayout) -> torch.Tensor:
     return per_request if step.rows == step.requests else per_request[:, step.row_request]
 
 
+def summary_columns(meter: torch.Tensor, step: StepLayout, *, tau: float) -> list[torch.Tensor]:
+    """The first eight :data:`SUMMARY` columns of a step's raw meters ``[L, T, H]``, one entry
+    per request: cells, covered (reported ``min(1, meter) <= tau``), saturated, NaN, the worst
+    reported cell and its layer, head and position (the audit's four columns are the
+    caller's)."""
+    n_layers, rows, heads = (int(n) for n in meter.shape)
+    reported = torch.clamp(meter, max=1.0)
+    cells_row = torch.full((rows,), float(n_layers * heads), dtype=_F64)
+    covered_row = (reported <= tau).sum(dim=(0, 2))
+    saturated_row = (meter >= 1.0).sum(dim=(0, 2))
+    nan_row = torch.isnan(meter).sum(dim=(0, 2))
+    flat = reported.nan_to_num(nan=2.0).permute(1, 0, 2).reshape(rows, n_layers * heads)
+    row_max, row_arg = flat.max(dim=1)
+    r, idx = step.requests, step.row_request
+    req_max = _segment_max(row_max, idx, r)
+    candidate = torch.where(row_max == req_max[idx], torch.arange(rows), rows)
+    worst_row = torch.full((r,), rows, dtype=torch.int64).scatter_reduce(
+        0, idx, candidate, reduce="amin", include_self=True)
+    worst_arg = row_arg[worst_row]
+    return [_segment_sum(cells_row, idx, r), _segment_sum(covered_row, idx, r),
+            _segment_sum(saturated_row, idx, r), _segment_sum(nan_row, idx, r), req_max,
+            (worst_arg // heads).to(_F64), (worst_arg % heads).to(_F64),
+            step.row_position[worst_row].to(_F64)]
+
+
 def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor | None,
                witnesses: torch.Tensor, scale: float, layout: RopeLayout, tau: float,
                exact_keys: torch.Tensor | None = None, form: str = "meter") -> StepMeter:
@@ -142,24 +168,9 @@ def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor | 
         theorems = (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
     meter = raw.reshape(n_layers, rows, heads)
     reported = torch.clamp(meter, max=1.0)
-
-    cells_row = torch.full((rows,), float(n_layers * heads), dtype=_F64)
-    covered_row = (reported <= tau).sum(dim=(0, 2))
-    saturated_row = (meter >= 1.0).sum(dim=(0, 2))
-    nan_row = torch.isnan(meter).sum(dim=(0, 2))
-    flat = reported.nan_to_num(nan=2.0).permute(1, 0, 2).reshape(rows, n_layers * heads)
-    row_max, row_arg = flat.max(dim=1)
+    columns = summary_columns(meter, step, tau=tau)
     r, idx = step.requests, step.row_request
-    req_max = _segment_max(row_max, idx, r)
-    candidate = torch.where(row_max == req_max[idx], torch.arange(rows), rows)
-    worst_row = torch.full((r,), rows, dtype=torch.int64).scatter_reduce(
-        0, idx, candidate, reduce="amin", include_self=True)
-    worst_arg = row_arg[worst_row]
-    cells = _segment_sum(cells_row, idx, r)
-    columns = [cells, _segment_sum(covered_row, idx, r),
-               _segment_sum(saturated_row, idx, r), _segment_sum(nan_row, idx, r), req_max,
-               (worst_arg // heads).to(_F64), (worst_arg % heads).to(_F64),
-               step.row_position[worst_row].to(_F64)]
+    cells = columns[0]
     if exact_keys is None or p_tilde is None:
         zeros = torch.zeros(r, dtype=_F64)
         columns += [zeros, zeros, zeros, zeros]

@@ -15,7 +15,7 @@ request and position of every row and the slots of every request's visible token
 
 Main declarations
 -----------------
-- :class:`StepLayout`: rows, positions and visible slots of one step.
+- :class:`StepLayout`: rows, positions and visible slots of one step; :func:`layer_index`.
 - :class:`CacheFormat` and :func:`cache_format`: how a KV cache dtype stores keys.
 - :func:`stored_keys`: the keys as the cache holds them, dequantized in float64;
   :func:`visible_keys`: the same for every request's visible tokens, head-major.
@@ -26,13 +26,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, final
+from typing import Any, Final, final
 
 import torch
 
-from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.errors import EngineMismatchError, InvalidValueError
 
-__all__ = ["CacheFormat", "StepLayout", "cache_format", "stored_keys", "visible_keys"]
+__all__ = ["CacheFormat", "StepLayout", "cache_format", "layer_index", "stored_keys",
+           "visible_keys"]
 
 
 @final
@@ -213,3 +214,16 @@ class StepLayout:
                                     "other than its position's")
         return cls(requests, rows, row_request, row_position, row_slot, q_lens, seq, slots,
                    visible)
+
+
+def layer_index(layer: Any, n_layers: int) -> int:
+    """An attention layer's index, from its name (``model.layers.7.self_attn.attn``).
+
+    Raises:
+        EngineMismatchError: a name with no single index below ``n_layers``.
+    """
+    digits = [int(p) for p in str(layer.layer_name).split(".") if p.isdigit()]
+    if len(digits) != 1 or not 0 <= digits[0] < n_layers:
+        raise EngineMismatchError("attention layer name", f"one layer index below {n_layers}",
+                                  str(layer.layer_name))
+    return digits[0]

@@ -22,32 +22,48 @@ On GPUs vLLM serves attention through ``TritonAttentionImpl`` (``TRITON_ATTN``),
   :class:`~witcert_adapters.vllm_plugin.unified.UnifiedCertificate` on the implementation;
 - :func:`attach_triton` (called by :func:`witcert_adapters.vllm_plugin.engine.attach` on a
   platform other than the CPU) re-points the ``TRITON_ATTN`` backend to
-  :class:`WitcertTritonAttentionBackend` through vLLM's ``register_backend``.
+  :class:`WitcertTritonAttentionBackend` through vLLM's ``register_backend`` and returns the
+  worker's :class:`TritonMonitor`, which the engine runs around each model-runner step: it
+  collects every layer's certificate of the step and folds the step into the requests'
+  ledger accounts and tallies exactly as the CPU path does
+  (:class:`~witcert_adapters.vllm_plugin.verdicts.Accounts`, the summary of
+  :func:`~witcert_adapters.vllm_plugin.meter.summary_columns`; coverage records keyed by
+  ``(layer, path)``: a layer that wrote or read nothing in a step fails the request's
+  coverage), and writes each finished request's verdict to the verdict store.
 
 Main declarations
 -----------------
 - :func:`check_triton_backend`, :func:`routed_forward`, :func:`attach_triton`.
-- :class:`WitcertTritonAttentionImpl`, :class:`WitcertTritonAttentionBackend`.
+- :class:`WitcertTritonAttentionImpl`, :class:`WitcertTritonAttentionBackend`,
+  :class:`TritonMonitor`.
 """
 
 from __future__ import annotations
 
 import inspect
 import types
+import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
 import torch
 
+from witcert_adapters.vllm_plugin.config import PluginConfig
+from witcert_adapters.vllm_plugin.meter import SUMMARY, summary_columns
+from witcert_adapters.vllm_plugin.paged import StepLayout, layer_index
+from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.unified import UnifiedCertificate, metered_unified_attention
-from witcert_calculus.errors import EngineMismatchError
+from witcert_adapters.vllm_plugin.verdicts import Accounts
+from witcert_calculus.errors import EngineMismatchError, WitcertError
+from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.witness import RopeLayout
 from witcert_kernels.triton_witness import witness_write
 
 from vllm.v1.attention.backends import triton_attn
 
-__all__ = ["KERNEL_GLOBAL", "WitcertTritonAttentionBackend", "WitcertTritonAttentionImpl",
-           "attach_triton", "check_triton_backend", "routed_forward"]
+__all__ = ["KERNEL_GLOBAL", "TritonMonitor", "WitcertTritonAttentionBackend",
+           "WitcertTritonAttentionImpl", "attach_triton", "check_triton_backend",
+           "routed_forward"]
 
 KERNEL_GLOBAL: Final = "unified_attention"
 """The global name through which ``TritonAttentionImpl.forward`` reaches the kernel."""
@@ -180,6 +196,9 @@ class WitcertTritonAttentionImpl(triton_attn.TritonAttentionImpl):  # type: igno
         self._cache = 0
         self.certificate: UnifiedCertificate | None = None
         self._routed = routed_forward(self._kernel)
+        self.monitor = _monitor  # the worker's, when the plugin is attached
+        if self.monitor is not None:
+            self.monitor.add_impl(self)
 
     def _kernel(self, **kwargs: Any) -> None:
         if self.witness is None:
@@ -211,6 +230,8 @@ class WitcertTritonAttentionImpl(triton_attn.TritonAttentionImpl):  # type: igno
         w = witness_write(key[:n].to(torch.float64), stored.to(torch.float64),
                           bands=self.bands, layout=self.layout)
         self._store[torch.where(ok, slots, nb * bs)] = w
+        if self.monitor is not None:
+            self.monitor.wrote(layer, bs)
 
     def fused_rope_kvcache_supported(self) -> bool:
         """Never: every key the cache holds is written by :meth:`do_kv_cache_update`, which
@@ -228,6 +249,11 @@ class WitcertTritonAttentionImpl(triton_attn.TritonAttentionImpl):  # type: igno
         out: torch.Tensor = self._routed(self, layer, query, key, value, kv_cache,
                                          attn_metadata, output, output_scale,
                                          output_block_scale)
+        if self.monitor is not None and attn_metadata is not None:
+            if self.certificate is None:
+                raise EngineMismatchError("attention call", "through the metered kernel",
+                                          "a forward that left no certificate")
+            self.monitor.read(layer, self.certificate, attn_metadata)
         return out
 
 
@@ -239,14 +265,124 @@ class WitcertTritonAttentionBackend(triton_attn.TritonAttentionBackend):  # type
         return WitcertTritonAttentionImpl
 
 
-def attach_triton(*, bands: int) -> None:
-    """Re-point vLLM's ``TRITON_ATTN`` backend to :class:`WitcertTritonAttentionBackend`.
+class TritonMonitor:
+    """The worker's accounting on the Triton path: each layer's certificate of the step,
+    folded into the requests' accounts after the step.
+
+    Args:
+        config: the plugin's switch (threshold, budget, verdict store, form).
+        seats: concurrent requests at most (``None``: the engine's ``max_num_seqs``, read
+            when the first layer registers).
+    """
+
+    def __init__(self, config: PluginConfig, *, seats: int | None = None) -> None:
+        self.config = config
+        self.session = uuid.uuid4().hex[:12]
+        self.seats = seats
+        self.n_layers = 0
+        self.accounts: Accounts | None = None
+        self.store = VerdictStore(config.store)
+        self._certs: dict[int, UnifiedCertificate] = {}
+        self._written: set[int] = set()
+        self._metadata: Any = None
+        self._block_size = 0
+
+    def add_impl(self, impl: WitcertTritonAttentionImpl) -> None:
+        """A layer's implementation was built (at model load, one per attention layer)."""
+        self.n_layers += 1
+        self.accounts = None  # opened at the first step, over every layer registered
+
+    def wrote(self, layer: Any, block_size: int) -> None:
+        """A layer wrote its keys (and their witnesses) this step."""
+        self._written.add(layer_index(layer, self.n_layers))
+        self._block_size = block_size
+
+    def read(self, layer: Any, certificate: UnifiedCertificate, metadata: Any) -> None:
+        """A layer's attention ran through the metered kernel this step."""
+        if self._metadata is None:
+            self._metadata = metadata
+        elif metadata is not self._metadata:
+            raise EngineMismatchError("attention metadata", "one object shared by every layer",
+                                      "layers with different metadata (several KV groups)")
+        self._certs[layer_index(layer, self.n_layers)] = certificate
+
+    def _accounts(self) -> Accounts:
+        if self.accounts is None:
+            if self.seats is None:
+                from vllm.config import get_current_vllm_config
+                self.seats = int(get_current_vllm_config().scheduler_config.max_num_seqs)
+            self.accounts = Accounts(
+                layers=self.n_layers, seats=self.seats, tau=self.config.tau, audit=False,
+                delta_req=self.config.delta_req, session=self.session, kv_cache_dtype="auto",
+                form="meter")
+        return self.accounts
+
+    def begin(self, scheduler_output: Any) -> None:
+        """Before a step: verdicts of finished requests; forget the previous step."""
+        self._certs.clear()
+        self._written.clear()
+        self._metadata = None
+        if self.accounts is not None:
+            for _, verdict in self.accounts.finish_all(scheduler_output.finished_req_ids):
+                self.store.put(verdict)
+
+    def end(self, runner: Any, scheduler_output: Any) -> None:
+        """After a step: fold every layer's certificate into the requests' accounts.
+
+        Raises:
+            EngineMismatchError: a step that scheduled tokens with no metered layer, or
+                rows per request that differ from the scheduler's.
+        """
+        md = self._metadata
+        if md is None or not self._certs:
+            if int(scheduler_output.total_num_scheduled_tokens) > 0 and self.n_layers == 0:
+                raise EngineMismatchError(
+                    "attention backend", "TRITON_ATTN (re-pointed by the witcert plugin)",
+                    "another backend: no layer of the model runs the metered implementation")
+            return
+        accounts = self._accounts()
+        step = StepLayout.of(query_start_loc=md.query_start_loc, seq_lens=md.seq_lens,
+                             block_table=md.block_table, slot_mapping=md.slot_mapping,
+                             block_size=self._block_size)
+        q_lens = step.q_lens.tolist()
+        requests = list(runner.input_batch.req_ids[:step.requests])
+        scheduled = [int(scheduler_output.num_scheduled_tokens.get(r, -1)) for r in requests]
+        if scheduled != q_lens:
+            raise EngineMismatchError("batch order", f"rows per request {scheduled}",
+                                      f"query_start_loc segments {q_lens}")
+        tallies = [accounts.tally(r) for r in requests]
+        read = sorted(self._certs)
+        meter = torch.stack([self._certs[i].meter[:step.rows].to(torch.float64) for i in read])
+        columns = summary_columns(meter.cpu(), step, tau=self.config.tau)
+        zeros = torch.zeros(step.requests, dtype=torch.float64)
+        summary = torch.stack(columns + [zeros] * (len(SUMMARY) - len(columns)), dim=1)
+        try:  # every layer's premises are read; the step's readings share one evidence
+            evidence = [self._certs[i].basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+                        for i in read][0]
+        except WitcertError as exc:
+            for t in tallies:
+                accounts.fail(t, f"{type(exc).__name__}: {exc}")
+            evidence = None
+        if evidence is not None:
+            accounts.add_step(tallies, summary.tolist(), q_lens, written=sorted(self._written),
+                              read=read, evidence=evidence)
+
+
+_monitor: TritonMonitor | None = None
+
+
+def attach_triton(config: PluginConfig, *, seats: int | None = None) -> TritonMonitor:
+    """Re-point vLLM's ``TRITON_ATTN`` backend to :class:`WitcertTritonAttentionBackend`;
+    the implementations built from then on report to the returned :class:`TritonMonitor`.
 
     Raises:
         EngineMismatchError: the installed backend is not the one the route was written for.
     """
+    global _monitor
     check_triton_backend()
-    WitcertTritonAttentionImpl.bands = int(bands)
+    WitcertTritonAttentionImpl.bands = int(config.bands)
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
     register_backend(AttentionBackendEnum.TRITON_ATTN,
                      f"{__name__}.{WitcertTritonAttentionBackend.__name__}")
+    _monitor = TritonMonitor(config, seats=seats)
+    return _monitor

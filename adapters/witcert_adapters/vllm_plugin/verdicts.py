@@ -299,6 +299,17 @@ class Accounts:
         if tally.failure is None:
             tally.failure = reason
 
+    def finish_all(self, requests: Iterable[str]) -> list[tuple[int, RequestVerdict]]:
+        """Close the accounts of finished requests (in sorted order; unseen ones skipped):
+        each one's seat, freed, and verdict."""
+        done: list[tuple[int, RequestVerdict]] = []
+        for request in sorted(requests):
+            seat = self.seat(request)
+            verdict = self.finish(request)
+            if verdict is not None and seat is not None:
+                done.append((seat, verdict))
+        return done
+
     def finish(self, request: str) -> RequestVerdict | None:
         """Close a finished request's account and return its verdict (``None`` if unseen)."""
         t = self._live.pop(request, None)

@@ -18,6 +18,8 @@ import json
 import math
 import os
 import sys
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -37,6 +39,7 @@ vllm.triton_utils.tl = tl  # type: ignore[attr-defined]
 from vllm.v1.attention.ops import triton_unified_attention as upstream  # noqa: E402
 
 from witcert_adapters.vllm_plugin import unified  # noqa: E402
+from witcert_adapters.vllm_plugin.config import PluginConfig  # noqa: E402
 from witcert_calculus import AtConsume, AttentionTV, Reading, Tier  # noqa: E402
 from witcert_calculus.errors import EngineMismatchError, InjectionError, \
     InvalidValueError, PremiseError  # noqa: E402
@@ -468,11 +471,99 @@ def case_route() -> dict[str, Any]:
     assert bool((flat[slots[:1]] == 0).all()) and bool(torch.isinf(flat[slots[1:]]).all())
     # the registration: TRITON_ATTN now resolves to the metered backend and its impl
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
-    triton_path.attach_triton(bands=BANDS)
+    triton_path.attach_triton(PluginConfig(store=Path(tempfile.mkdtemp()) / "v.sqlite",
+                                           bands=BANDS))
     backend = AttentionBackendEnum.TRITON_ATTN.get_class()
     assert backend is triton_path.WitcertTritonAttentionBackend, backend
     assert backend.get_impl_cls() is triton_path.WitcertTritonAttentionImpl
     return {"refusals": refusals}
+
+
+def case_fold() -> dict[str, Any]:
+    """The Triton path's accounting: two layers of the real TritonAttentionImpl, routed and
+    attached, serve a prefill and a decode step of two requests; the monitor folds each
+    step's certificates into the requests' accounts and writes their verdicts to a real
+    SQLite store. A third request whose second layer never wrote its keys fails coverage
+    (and saturates); a fourth whose witness is negative fails closed (no tier)."""
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadata
+
+    from witcert_adapters.vllm_plugin import triton_path
+    from witcert_adapters.vllm_plugin.store import VerdictStore
+
+    torch.cuda.get_device_capability = lambda device=None: (9, 0)  # as in case_route
+    store = Path(tempfile.mkdtemp()) / "verdicts.sqlite"
+    mon = triton_path.attach_triton(PluginConfig(store=store, bands=BANDS, tau=0.1), seats=4)
+    heads, kvh, bs, nb = 4, 2, 16, 8
+    args = (heads, D, D ** -0.5, kvh, None, None, "auto")
+    impls = [triton_path.WitcertTritonAttentionImpl(*args) for _ in range(2)]
+    assert mon.n_layers == 2 and all(i.monitor is mon for i in impls)
+    layers = [SimpleNamespace(layer_name=f"model.layers.{i}.self_attn.attn",
+                              _k_scale=torch.ones(()), _v_scale=torch.ones(()),
+                              _q_scale=torch.ones(()), _k_scale_float=1.0, _v_scale_float=1.0)
+              for i in range(2)]
+    caches = [torch.zeros(nb, kvh, bs, 2 * D) for _ in range(2)]
+    g = torch.Generator().manual_seed(1)
+
+    def step(requests: list[str], q_lens: list[int], k_lens: list[int],
+             blocks: list[list[int]], finished: set[str], *, skip_write: int | None = None,
+             poison: int | None = None) -> None:
+        block_table = torch.tensor(blocks, dtype=torch.int32)
+        slots = torch.cat([block_table[b, torch.arange(k - q, k) // bs].to(torch.int64) * bs
+                           + torch.arange(k - q, k) % bs
+                           for b, (q, k) in enumerate(zip(q_lens, k_lens, strict=True))])
+        t = sum(q_lens)
+        starts = [0]
+        for q in q_lens:
+            starts.append(starts[-1] + q)
+        md = TritonAttentionMetadata(
+            num_actual_tokens=t, max_query_len=max(q_lens),
+            query_start_loc=torch.tensor(starts, dtype=torch.int32), max_seq_len=max(k_lens),
+            seq_lens=torch.tensor(k_lens, dtype=torch.int32), block_table=block_table,
+            slot_mapping=slots, seq_threshold_3D=0, num_par_softmax_segments=4,
+            softmax_segm_output=torch.empty(t, heads, 4, D),
+            softmax_segm_max=torch.empty(t, heads, 4), softmax_segm_expsum=torch.empty(t, heads, 4),
+            causal=True)
+        sched = SimpleNamespace(finished_req_ids=finished, total_num_scheduled_tokens=t,
+                                num_scheduled_tokens=dict(zip(requests, q_lens, strict=True)))
+        runner = SimpleNamespace(input_batch=SimpleNamespace(req_ids=requests))
+        mon.begin(sched)
+        for i, (impl, layer, cache) in enumerate(zip(impls, layers, caches, strict=True)):
+            keys = torch.randn(t, kvh, D, generator=g)
+            if i != skip_write:
+                impl.do_kv_cache_update(layer, keys, torch.randn(t, kvh, D, generator=g), cache,
+                                        slots)
+            if i == poison:
+                assert impl.witness is not None
+                impl.witness.view(nb * bs, kvh, -1)[slots[0]] = -1.0
+            out = torch.empty(t, heads, D)
+            impl.forward(layer, torch.randn(t, heads, D, generator=g), keys, keys, cache, md, out)
+        mon.end(runner, sched)
+
+    step(["a", "b"], [5, 3], [5, 3], [[0, 1], [2, 3]], set())  # prefill
+    step(["a", "b"], [1, 1], [6, 4], [[0, 1], [2, 3]], set())  # decode
+    step(["c"], [4], [4], [[4, 5]], {"a", "b"}, skip_write=1)
+    step(["d"], [2], [2], [[6, 7]], {"c"}, poison=0)
+    mon.begin(SimpleNamespace(finished_req_ids={"d"}))
+    got = {v.request: v for v in VerdictStore(store).all()}
+    assert sorted(got) == ["a", "b", "c", "d"], sorted(got)
+    for r, rows in (("a", 6), ("b", 4)):
+        v = got[r]
+        assert v.tier == "CERTIFIED" and v.failure is None, v
+        stages = v.gate["stages"]
+        assert stages["coverage"]["passed"] and stages["magnitude"]["passed"], v.gate
+        assert stages["soundness"]["passed"] is None, v.gate  # the Triton path does not audit
+        assert v.steps == 2 and v.rows == rows and v.prefill_steps == 1, v
+        assert v.cells == rows * 2 * heads and v.covered == v.cells and v.coverage == 1.0, v
+        assert v.spent == "0" and v.worst.meter == 0.0, v
+    c = got["c"]
+    assert not c.gate["accepted"] and c.gate["failed_stage"] == "coverage", c.gate
+    # layer 1 read slots it never wrote (inf witnesses): every row saturates but the first,
+    # which sees one token (TV exactly 0 whatever the key)
+    assert c.saturated == 3 * heads and c.worst.layer == 1, c
+    d = got["d"]
+    assert d.tier is None and d.failure is not None and "PremiseError" in d.failure, d
+    assert not d.gate["accepted"], d.gate
+    return {"verdicts": {r: [v.tier, v.gate["failed_stage"], v.coverage] for r, v in got.items()}}
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
