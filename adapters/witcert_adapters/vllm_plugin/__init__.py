@@ -5,7 +5,8 @@ process; with it unset nothing of the plugin runs and vLLM is untouched. Two ent
 both named ``witcert``:
 
 - ``vllm.general_plugins`` -> :func:`register`: in every vLLM process, when the switch is
-  on, checks the engine and re-points the CPU attention backend (:mod:`.engine`);
+  on, checks the engine and re-points the CPU attention backend, or on GPUs the Triton
+  backend (:mod:`.engine`);
 - ``vllm.endpoint_plugins`` -> :func:`endpoint`: in the API server, the side endpoint
   ``GET /witcert/verdicts/{request_id}`` and the ``witcert_`` Prometheus metrics next to
   vLLM's ``/metrics`` (:mod:`.server`). vLLM loads endpoint plugins only when
@@ -15,7 +16,9 @@ both named ``witcert``:
 Modules: :mod:`.config` (the switch), :mod:`.paged` (the paged cache and a step's rows),
 :mod:`.witnesses` (the side buffer with generations), :mod:`.meter` (a step metered at
 once), :mod:`.verdicts` (ledger accounts, gate, verdicts), :mod:`.store` (the SQLite
-verdict store), :mod:`.engine` (the hooks), :mod:`.server` (endpoint and metrics),
+verdict store), :mod:`.engine` (the hooks), :mod:`.unified` (vLLM's own
+``unified_attention`` with the meter, built in memory from anchored edits), :mod:`.triton_path`
+(the Triton backend's route and accounting, on GPUs), :mod:`.server` (endpoint and metrics),
 :mod:`.serve` (the launcher).
 
 Main declarations
