@@ -41,8 +41,8 @@ import torch
 
 from witcert_adapters.vllm_plugin.config import PluginConfig, active
 from witcert_adapters.vllm_plugin.meter import meter_rows, write_witnesses
-from witcert_adapters.vllm_plugin.paged import CacheFormat, StepLayout, cache_format, \
-    layer_index, stored_keys, visible_keys
+from witcert_adapters.vllm_plugin.paged import CacheFormat, cache_format, layer_index, \
+    step_requests, stored_keys, visible_keys
 from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
@@ -266,15 +266,9 @@ class Monitor:
         if self.rope is None:
             self.rope = _rope_layout(runner.get_model())
         bs = int(next(iter(self._caches.values()))[0].shape[2])
-        step = StepLayout.of(query_start_loc=md.query_start_loc, seq_lens=md.seq_lens,
-                             block_table=md.block_table, slot_mapping=md.slot_mapping,
-                             block_size=bs)
+        step, requests = step_requests(md, block_size=bs, runner=runner,
+                                       scheduler_output=scheduler_output)
         q_lens = step.q_lens.tolist()
-        requests = list(runner.input_batch.req_ids[:step.requests])
-        scheduled = [int(scheduler_output.num_scheduled_tokens.get(r, -1)) for r in requests]
-        if scheduled != q_lens:
-            raise EngineMismatchError("batch order", f"rows per request {scheduled}",
-                                      f"query_start_loc segments {q_lens}")
         tallies = [accounts.tally(r) for r in requests]
         seats = torch.tensor([t.seat for t in tallies], dtype=torch.int64)
         written = sorted(self._writes)

@@ -15,7 +15,8 @@ request and position of every row and the slots of every request's visible token
 
 Main declarations
 -----------------
-- :class:`StepLayout`: rows, positions and visible slots of one step; :func:`layer_index`.
+- :class:`StepLayout`: rows, positions and visible slots of one step; :func:`step_requests`
+  (the step and its requests, from the engine's metadata); :func:`layer_index`.
 - :class:`CacheFormat` and :func:`cache_format`: how a KV cache dtype stores keys.
 - :func:`stored_keys`: the keys as the cache holds them, dequantized in float64;
   :func:`visible_keys`: the same for every request's visible tokens, head-major.
@@ -33,7 +34,7 @@ import torch
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError
 
 __all__ = ["CacheFormat", "StepLayout", "cache_format", "layer_index", "stored_keys",
-           "visible_keys"]
+           "step_requests", "visible_keys"]
 
 
 @final
@@ -227,3 +228,24 @@ def layer_index(layer: Any, n_layers: int) -> int:
         raise EngineMismatchError("attention layer name", f"one layer index below {n_layers}",
                                   str(layer.layer_name))
     return digits[0]
+
+
+def step_requests(metadata: Any, *, block_size: int, runner: Any, scheduler_output: Any
+                  ) -> tuple[StepLayout, list[str]]:
+    """A step's layout (from the attention metadata) and its requests in batch order (from
+    the model runner's batch), checked against the scheduler's rows per request.
+
+    Raises:
+        EngineMismatchError: the rows per request differ from the scheduler's.
+        InvalidValueError: metadata that disagree (:meth:`StepLayout.of`).
+    """
+    step = StepLayout.of(query_start_loc=metadata.query_start_loc, seq_lens=metadata.seq_lens,
+                         block_table=metadata.block_table, slot_mapping=metadata.slot_mapping,
+                         block_size=block_size)
+    q_lens = [int(n) for n in step.q_lens]
+    requests = [str(r) for r in runner.input_batch.req_ids[:step.requests]]
+    scheduled = [int(scheduler_output.num_scheduled_tokens.get(r, -1)) for r in requests]
+    if scheduled != q_lens:
+        raise EngineMismatchError("batch order", f"rows per request {scheduled}",
+                                  f"query_start_loc segments {q_lens}")
+    return step, requests

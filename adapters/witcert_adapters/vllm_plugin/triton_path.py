@@ -50,7 +50,7 @@ import torch
 
 from witcert_adapters.vllm_plugin.config import PluginConfig
 from witcert_adapters.vllm_plugin.meter import SUMMARY, summary_columns
-from witcert_adapters.vllm_plugin.paged import StepLayout, layer_index
+from witcert_adapters.vllm_plugin.paged import layer_index, step_requests
 from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.unified import UnifiedCertificate, metered_unified_attention
 from witcert_adapters.vllm_plugin.verdicts import Accounts
@@ -341,15 +341,9 @@ class TritonMonitor:
                     "another backend: no layer of the model runs the metered implementation")
             return
         accounts = self._accounts()
-        step = StepLayout.of(query_start_loc=md.query_start_loc, seq_lens=md.seq_lens,
-                             block_table=md.block_table, slot_mapping=md.slot_mapping,
-                             block_size=self._block_size)
+        step, requests = step_requests(md, block_size=self._block_size, runner=runner,
+                                       scheduler_output=scheduler_output)
         q_lens = step.q_lens.tolist()
-        requests = list(runner.input_batch.req_ids[:step.requests])
-        scheduled = [int(scheduler_output.num_scheduled_tokens.get(r, -1)) for r in requests]
-        if scheduled != q_lens:
-            raise EngineMismatchError("batch order", f"rows per request {scheduled}",
-                                      f"query_start_loc segments {q_lens}")
         tallies = [accounts.tally(r) for r in requests]
         read = sorted(self._certs)
         meter = torch.stack([self._certs[i].meter[:step.rows].to(torch.float64) for i in read])
