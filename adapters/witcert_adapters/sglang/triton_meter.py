@@ -1,0 +1,193 @@
+"""The Tier-A meter's Triton pieces injected into SGLang's stage-1 decode kernels, and the
+host-side merge that turns their split partials into bounds.
+
+SGLang's stage-1 kernels (``_fwd_kernel_stage1`` for MHA, ``_fwd_grouped_kernel_stage1``
+for GQA, MQA and MLA) compute, per request, head (or head tile) and KV split, an online
+softmax over blocks of tokens. The injected source (:mod:`witcert_adapters.sglang.installer`)
+calls :func:`meter_init` once the query is loaded, :func:`meter_block` on every block's
+masked float32 logits, and :func:`meter_store` where the kernel stores its split's
+log-sum-exp. These keep the same accumulators as
+:func:`witcert_kernels.triton_decode.fused_decode`'s kernel (three float64 online
+log-sum-exps of ``s``, ``s + c`` and ``s - c``, ``c_t`` from the stored witnesses and the
+query's band norms rounded outward, the largest ``|s|`` and ``c``, flags for infinite and NaN
+bounds, the smallest witness), one row per query head. The log-sum-exp step, the meter's
+step and the outward rounding are :mod:`witcert_kernels.triton_decode`'s own Triton
+functions, and the float64 constants (scale, margins) reach the kernel in a float64 tensor.
+
+The split partials (the fused decode kernel's column layout) merge on the host with the
+fused decode's own Tier-A merge (log-sum-exp weights, exactly as the output's partials merge
+in SGLang's stage 2, its margin, :func:`witcert_kernels.meter.forms_from_logs`). The margin analysis of
+:mod:`witcert_kernels.triton_decode` applies unchanged: the token count is bounded by the
+number of slots of the pool (no host synchronisation).
+
+Main declarations
+-----------------
+- :func:`meter_init`, :func:`meter_block`, :func:`meter_store`: the Triton functions the
+  patched kernels call; :func:`meter_constants`: the float64 constants they read.
+- :data:`FIELDS`: the partials' columns; :func:`empty_partials`: a partials buffer whose
+  unvisited splits read as empty.
+- :class:`MeterBounds`, :func:`bounds_from_partials`: the merged bounds of one launch.
+"""
+
+# The kernel body is Triton's language, which carries no Python types: basic checking only.
+# pyright: basic
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import torch
+import triton
+import triton.language as tl
+
+from witcert_calculus.rounding import logit_margin
+from witcert_calculus.tv_forms import TVBasis
+# the fused decode kernel's own pieces (one formula, one margin analysis)
+from witcert_kernels.triton_decode import _constants  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.triton_decode import _lse_step  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.triton_decode import _meter_step  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.triton_decode import _outward  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.triton_decode import _tier_a_meter  # pyright: ignore[reportPrivateUsage]
+
+__all__ = ["FIELDS", "MeterBounds", "bounds_from_partials", "empty_partials", "meter_block",
+           "meter_constants", "meter_init", "meter_store"]
+
+FIELDS: Final = ("mx0", "a0", "mx1", "a1", "mx2", "a2", "s_abs", "c_max", "c_inf", "w_min",
+                 "nan")
+"""The columns of a partials row (one per request, query head and split)."""
+
+
+@triton.jit
+def meter_init(WitQn: Any, cur_batch: Any, heads: Any, mask_h: Any, q_head_num: Any,
+               wit_nb: Any, WIT_NB: tl.constexpr) -> tuple[Any, ...]:  # noqa: N803
+    """The query's band norms ``[R, NB]`` (float64) of heads ``heads`` and empty accumulators."""
+    bi = tl.arange(0, WIT_NB)
+    qn = tl.load(WitQn + (cur_batch * q_head_num + heads[:, None]) * wit_nb + bi[None, :],
+                 mask=mask_h[:, None] & (bi[None, :] < wit_nb), other=0.0)
+    ninf = tl.zeros_like(tl.max(qn, axis=1)) - float("inf")
+    zero = tl.zeros_like(tl.max(qn, axis=1))
+    return (qn, ninf, zero, ninf, zero, ninf, zero, zero, zero, zero, zero - ninf, zero)
+
+
+@triton.jit
+def meter_block(qn: Any, mx0: Any, a0: Any, mx1: Any, a1: Any, mx2: Any, a2: Any, s_abs: Any,
+                c_max: Any, c_inf: Any, w_min: Any, bad: Any, s: Any, valid: Any, kv_loc: Any,
+                valid_n: Any, Wit: Any, cur_kv_head: Any, wit_stride_bs: Any,
+                wit_stride_h: Any, wit_nb: Any, WitC: Any,
+                WIT_NB: tl.constexpr) -> tuple[Any, ...]:  # noqa: N803
+    """One block: ``s [R, N]`` float32 masked logits, ``valid [R, N]``, the block's slots.
+
+    ``WitC`` holds the float64 constants ``(scale, gamma, alpha)`` (:func:`meter_constants`:
+    Triton passes Python floats as float32, which would round the margins away)."""
+    scale = tl.load(WitC + 0)
+    c_gamma = tl.load(WitC + 1)
+    c_alpha = tl.load(WitC + 2)
+    bi = tl.arange(0, WIT_NB)
+    wmask = valid_n[:, None] & (bi[None, :] < wit_nb)
+    w: Any = tl.load(Wit + kv_loc[:, None].to(tl.int64) * wit_stride_bs + cur_kv_head * wit_stride_h
+                     + bi[None, :], mask=wmask, other=0.0).to(tl.float64)  # [N, NB]
+    prod = tl.where(qn[:, None, :] == 0.0, 0.0, qn[:, None, :] * w[None, :, :])  # inf * 0 is 0
+    y = tl.sum(prod, axis=2) * scale  # [R, N]
+    q_top: Any = tl.max(qn, axis=1)
+    w_top: Any = tl.max(w, axis=1)
+    exact = (q_top[:, None] == 0.0) | (w_top[None, :] == 0.0)
+    c = tl.where(exact, 0.0, _outward(y, c_gamma, c_alpha, exact))
+    s64 = s.to(tl.float64)
+    # the kernels' reductions run over axis 0: tokens first, [N, R]
+    vt = tl.trans(valid)
+    st = tl.trans(s64)
+    mx0, a0 = _lse_step(mx0, a0, st, vt)
+    mx1, a1, mx2, a2, c_max, c_inf, bad = _meter_step(mx1, a1, mx2, a2, c_max, c_inf, bad, st,
+                                                      tl.trans(c), vt)
+    s_abs = tl.maximum(s_abs, tl.max(tl.where(valid, tl.abs(s64), 0.0), axis=1))
+    wv: Any = tl.min(tl.where(wmask, w, float("inf")), axis=1)  # [N]
+    w_min = tl.minimum(w_min, tl.min(tl.where(valid, wv[None, :], float("inf")), axis=1))
+    return (qn, mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, w_min, bad)
+
+
+def meter_constants(scale: float, bands: int, *, device: torch.device) -> torch.Tensor:
+    """The float64 constants :func:`meter_block` reads: the scale and the logit bound's margin
+    (:func:`witcert_calculus.rounding.logit_margin`), made once per value set and device."""
+    m = logit_margin(bands, scale=scale)
+    return _constants((float(scale), m.gamma, m.alpha), device)
+
+
+@triton.jit
+def meter_store(WitOut: Any, cur_batch: Any, heads: Any, mask_h: Any, split_kv_id: Any,
+                q_head_num: Any, max_splits: Any, mx0: Any, a0: Any, mx1: Any, a1: Any,
+                mx2: Any, a2: Any, s_abs: Any, c_max: Any, c_inf: Any, w_min: Any,
+                bad: Any) -> None:  # noqa: N803
+    """Store one split's accumulators, one row of :data:`FIELDS` per head in ``heads``."""
+    base = WitOut + ((cur_batch * q_head_num + heads) * max_splits + split_kv_id) * 11
+    tl.store(base + 0, mx0, mask=mask_h)
+    tl.store(base + 1, a0, mask=mask_h)
+    tl.store(base + 2, mx1, mask=mask_h)
+    tl.store(base + 3, a1, mask=mask_h)
+    tl.store(base + 4, mx2, mask=mask_h)
+    tl.store(base + 5, a2, mask=mask_h)
+    tl.store(base + 6, s_abs, mask=mask_h)
+    tl.store(base + 7, c_max, mask=mask_h)
+    tl.store(base + 8, c_inf, mask=mask_h)
+    tl.store(base + 9, w_min, mask=mask_h)
+    tl.store(base + 10, bad, mask=mask_h)
+
+
+def empty_partials(batch: int, heads: int, splits: int, *, device: torch.device
+                   ) -> torch.Tensor:
+    """``[batch, heads, splits, 11]`` float64 partials that read as empty splits (a split
+    with no token is never stored by the kernel)."""
+    out = torch.zeros((batch, heads, splits, len(FIELDS)), dtype=torch.float64, device=device)
+    out[..., FIELDS.index("mx0")] = -math.inf
+    out[..., FIELDS.index("mx1")] = -math.inf
+    out[..., FIELDS.index("mx2")] = -math.inf
+    out[..., FIELDS.index("w_min")] = math.inf
+    return out
+
+
+@final
+@dataclass(frozen=True, slots=True, eq=False)
+class MeterBounds:
+    """The meter's bounds of one metered launch, per request and query head (``[B, H]``).
+
+    Attributes:
+        log_a: an upper bound of ``log A`` (``inf``: an infinite ``c``).
+        log_a_minus: a lower bound of ``log A-``.
+        eform: ``TV <= (A^2 - 1) / 2``, rounded outward.
+        two_sided: ``TV <= sinh(log A - log A-)``, rounded outward.
+        meter: the smaller of the two.
+        witness_min: the smallest witness read.
+        basis: what the bounds rest on (as :attr:`witcert_kernels.triton_decode.FusedDecode.basis`).
+    """
+
+    log_a: torch.Tensor
+    log_a_minus: torch.Tensor
+    eform: torch.Tensor
+    two_sided: torch.Tensor
+    meter: torch.Tensor
+    witness_min: torch.Tensor
+    basis: TVBasis
+
+
+def bounds_from_partials(partials: torch.Tensor, query_bands: torch.Tensor,
+                         seq_lens: torch.Tensor, *, scale: float, tokens: int) -> MeterBounds:
+    """Merge a launch's split partials ``[B, H, S, 11]`` into the meter's bounds.
+
+    Args:
+        partials: the kernel's partials (:data:`FIELDS`), empty splits as
+            :func:`empty_partials` leaves them.
+        query_bands: ``[B, H, bands]`` float64, the query's band norms the kernel read.
+        seq_lens: ``[B]`` tokens per request.
+        scale: the softmax scale the kernel applied.
+        tokens: an upper bound of every ``seq_lens`` entry (the margin's token count).
+
+    Returns:
+        The :class:`MeterBounds`.
+    """
+    bands = int(query_bands.shape[-1])
+    tier, w_min = _tier_a_meter(partials, tokens=tokens, seq_lens=seq_lens,
+                                query_bands=query_bands, scale=float(scale), bands=bands)
+    return MeterBounds(log_a=tier.log_a, log_a_minus=tier.log_a_minus, eform=tier.eform,
+                       two_sided=tier.two_sided, meter=tier.meter, witness_min=w_min,
+                       basis=tier.basis)

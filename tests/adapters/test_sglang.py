@@ -1,0 +1,415 @@
+"""The SGLang adapter on the installed SGLang 0.5.23 source, its kernels in Triton's
+interpreter: anchored injection and byte-identical revert, bit-identical kernels with the
+switch off, witnesses written by the real KV pools, the meter accumulated inside SGLang's
+stage-1 decode kernels against the torch meter on the same attention (GQA, MHA, MLA), bounds
+above the exact TV, the radix-cache refusal, and readings into ledger accounts and the gate.
+
+SGLang's configuration package imports ``torchvision`` (for vision models this adapter never
+touches), and the registry's torchvision wheels fail against this CPU torch. The pool's
+import therefore runs with a minimal, explicit stand-in of the three torchvision modules it
+names (:func:`_torchvision_stand_in`), installed after ``import sglang`` (so transformers has
+already recorded that torchvision is absent) and removed at teardown.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import importlib
+import importlib.machinery
+import math
+import sys
+import types
+import warnings
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+pytest.importorskip("sglang")
+
+from witcert_adapters.injection import Anchor, active_patches, apply_anchors, \
+    patch_file  # noqa: E402
+from witcert_adapters.sglang import installer as inst  # noqa: E402
+from witcert_adapters.sglang import runtime  # noqa: E402
+from witcert_adapters.sglang.config import SGLangConfig, load  # noqa: E402
+from witcert_adapters.vllm_plugin.verdicts import Accounts  # noqa: E402
+from witcert_calculus.errors import EngineMismatchError, InjectionError, \
+    InvalidValueError  # noqa: E402
+from witcert_calculus.witness import RopeLayout  # noqa: E402
+from witcert_kernels.meter import logit_bound, tv_bounds_batch  # noqa: E402
+from witcert_kernels.triton_witness import witness_write  # noqa: E402
+
+torch.set_num_threads(1)
+BANDS = 8
+ON = SGLangConfig(enabled=True, bands=BANDS, layout=RopeLayout.HALF_SPLIT)
+TV_NAMES = ("torchvision", "torchvision.transforms", "torchvision.transforms.functional")
+
+
+def _torchvision_stand_in() -> None:
+    """The names SGLang's config modules import from torchvision at import time, no more."""
+    mods = {n: types.ModuleType(n) for n in TV_NAMES}
+    for n, m in mods.items():
+        m.__spec__ = importlib.machinery.ModuleSpec(n, None)
+
+    class InterpolationMode(enum.Enum):
+        NEAREST = "nearest"
+        BILINEAR = "bilinear"
+        BICUBIC = "bicubic"
+
+    setattr(mods["torchvision.transforms"], "InterpolationMode", InterpolationMode)
+    setattr(mods["torchvision.transforms.functional"], "InterpolationMode", InterpolationMode)
+    setattr(mods["torchvision.transforms"], "functional", mods["torchvision.transforms.functional"])
+    setattr(mods["torchvision"], "transforms", mods["torchvision.transforms"])
+    for n, m in mods.items():
+        sys.modules.setdefault(n, m)
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+class Case:
+    """A ragged batch over scattered slots of a real SGLang pool, and its decode inputs."""
+
+    def __init__(self, kind: str, *, seed: int, dtype: Any = None) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.kind = kind
+        # the pool's dtype; the model's exact keys are one precision wider (float32 keys into
+        # a float16 pool, float64 keys into a float32 pool)
+        self.dtype = torch.float16 if dtype is None else dtype
+        wide = torch.float32 if self.dtype == torch.float16 else torch.float64
+        self.heads, self.kv_heads, self.d, self.dv = {
+            "gqa": (8, 2, 64, 64), "mha": (4, 4, 64, 64), "mla": (4, 1, 576, 512)}[kind]
+        self.lens = [37, 1, 20, 70]
+        self.splits = torch.tensor([4, 1, 2, 3], dtype=torch.int32)
+        self.max_splits = 4
+        total = sum(self.lens)
+        self.size = total + 9  # spare slots nobody reads
+        perm = torch.randperm(self.size, generator=g)[:total] + 1  # slot 0 is SGLang's pad
+        self.indices = perm.to(torch.int64)
+        self.indptr = torch.tensor([0, *torch.tensor(self.lens).cumsum(0).tolist()],
+                                   dtype=torch.int32)
+        self.k = torch.randn(total, self.kv_heads, self.d, generator=g, dtype=wide)
+        self.k[:, :, 5] *= 8.0  # a massive channel
+        self.v = torch.randn(total, self.kv_heads, self.dv, generator=g, dtype=wide)
+        self.q = torch.randn(len(self.lens), self.heads, self.d, generator=g).to(self.dtype)
+        self.scale = self.d ** -0.5
+
+    def pool(self, mp: Any) -> Any:
+        if self.kind == "mla":
+            return mp.MLATokenToKVPool(size=self.size, page_size=1, dtype=self.dtype,
+                                       kv_lora_rank=512, qk_rope_head_dim=64, layer_num=2,
+                                       device="cpu", enable_memory_saver=False)
+        return mp.MHATokenToKVPool(size=self.size, page_size=1, dtype=self.dtype,
+                                   head_num=self.kv_heads, head_dim=self.d, layer_num=2,
+                                   device="cpu", enable_memory_saver=False)
+
+    def write(self, pool: Any, layer: int) -> None:
+        lay = types.SimpleNamespace(layer_id=layer)
+        if self.kind == "mla":
+            pool.set_kv_buffer(lay, self.indices, self.k, None)
+        else:
+            pool.set_kv_buffer(lay, self.indices, self.k, self.v)
+
+    def buffers(self, pool: Any, layer: int) -> tuple[Any, Any]:
+        if self.kind == "mla":
+            kv = pool.kv_buffer[layer]
+            return kv, kv[..., :self.dv]
+        return pool.k_buffer[layer], pool.v_buffer[layer]
+
+    def decode(self, dec: Any, pool: Any, layer: int) -> tuple[Any, Any]:
+        k_buf, v_buf = self.buffers(pool, layer)
+        bsz = len(self.lens)
+        o = torch.zeros(bsz, self.heads, self.dv, dtype=self.dtype)
+        logits = torch.zeros(bsz, self.heads, self.max_splits, self.dv, dtype=torch.float32)
+        lse = torch.zeros(bsz, self.heads, self.max_splits, dtype=torch.float32)
+        # the interpreter evaluates masked lanes (-inf - -inf) with numpy, which would warn
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            dec.decode_attention_fwd(self.q, k_buf, v_buf, o, self.indptr, self.indices, logits,
+                                     lse, self.splits, self.max_splits, self.scale, 1.0, 1.0,
+                                     has_mla=self.kind == "mla")
+        return o, lse
+
+    def reference(self, pool: Any, layer: int) -> tuple[Any, Any]:
+        """Per (request, head): the torch meter on the kernel's attention (fp16 keys as
+        stored, float64 logits) and the exact TV against attention on the exact keys."""
+        k_buf, _ = self.buffers(pool, layer)
+        group = self.heads // self.kv_heads
+        meter = torch.zeros(len(self.lens), self.heads, dtype=torch.float64)
+        tv = torch.zeros_like(meter)
+        w_all = runtime.active()
+        assert w_all is not None
+        wit = w_all.witness_of(k_buf)
+        assert wit is not None
+        for b, n in enumerate(self.lens):
+            lo = int(self.indptr[b])
+            sl = self.indices[lo:lo + n]
+            for h in range(self.heads):
+                kv = h // group
+                qh = self.q[b, h].double()
+                s_hat = (k_buf[sl, kv].double() @ qh) * self.scale
+                s = (self.k[lo:lo + n, kv].double() @ qh) * self.scale
+                p_hat, p = torch.softmax(s_hat, 0), torch.softmax(s, 0)
+                lb = logit_bound(qh, wit[sl, kv].double(), scale=self.scale,
+                                 layout=ON.layout)
+                meter[b, h] = tv_bounds_batch(p_hat, lb, visible=torch.tensor(n)).meter
+                tv[b, h] = 0.5 * (p - p_hat).abs().sum()
+        return meter, tv
+
+
+@contextmanager
+def _engine_import() -> Generator[None]:
+    # SGLang's import-time deprecation warnings are the engine's, not this adapter's
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@pytest.fixture(scope="module")
+def sgl() -> Iterator[dict[str, Any]]:
+    with _engine_import():
+        importlib.import_module("sglang")  # transformers records torchvision's absence first
+        _torchvision_stand_in()
+        from sglang.srt.runtime_context import get_parallel
+        parallel: Any = get_parallel()
+        parallel.override_permanently(dcp_enabled=False)
+        dec = importlib.import_module("sglang.kernels.ops.attention.decode_attention")
+        mp = importlib.import_module("sglang.srt.mem_cache.memory_pool")
+    root = inst.sglang_root()
+    files = [root / inst.DECODE, root / inst.POOL]
+    assert all(active_patches(f) == () for f in files)
+    before = [_sha(f) for f in files]
+    # the pristine kernels' outputs, before any patch
+    pristine = {}
+    for kind in ("gqa", "mha", "mla"):
+        c = Case(kind, seed=7)
+        pool = c.pool(mp)
+        c.write(pool, 1)
+        pristine[kind] = c.decode(dec, pool, 1)
+    done = inst.install(radix_cache=False, generation_checks=False)
+    try:
+        assert [active_patches(f) for f in files] == [(inst.OWNER,), (inst.OWNER,)]
+        with _engine_import():
+            dec = importlib.reload(dec)
+            mp = importlib.reload(mp)
+        yield {"dec": dec, "mp": mp, "pristine": pristine, "files": files, "before": before}
+    finally:
+        done.revert()
+        with _engine_import():
+            importlib.reload(dec)
+            importlib.reload(mp)
+        for n in TV_NAMES:
+            sys.modules.pop(n, None)
+    assert [_sha(f) for f in files] == before  # byte-identical restore
+
+
+def test_every_anchor_matches_the_installed_source_and_a_changed_block_fails() -> None:
+    root = inst.sglang_root()
+    for rel, anchors in ((inst.DECODE, inst.decode_anchors()), (inst.POOL, inst.pool_anchors())):
+        text = (root / rel).read_text()
+        if active_patches(root / rel):
+            continue
+        patched = apply_anchors(text, anchors, source=rel)
+        assert "_witcert_rt" in patched and patched != text
+    text = (root / inst.DECODE).read_text()
+    changed = text.replace("qk = tl.where(offs_n < split_kv_end, qk",
+                           "qk = tl.where(offs_n <= split_kv_end, qk")
+    with pytest.raises(InjectionError, match=r"anchor 'MHA meter block' found 0 times, expected 1"):
+        apply_anchors(changed, inst.decode_anchors(), source=inst.DECODE)
+
+
+def test_the_switch_is_read_once_and_validated() -> None:
+    assert load({}).enabled is False and load({"WITCERT_SGLANG": "0"}).enabled is False
+    assert load({"WITCERT_SGLANG": "1"}).enabled is True
+    with pytest.raises(InvalidValueError, match="WITCERT_SGLANG"):
+        load({"WITCERT_SGLANG": "yes"})
+    with pytest.raises(InvalidValueError, match="bands"):
+        SGLangConfig(enabled=True, bands=0)
+
+
+def test_the_installer_refuses_a_radix_cache_without_generation_checks(tmp_path: Path) -> None:
+    with pytest.raises(EngineMismatchError, match="radix cache.*no generation checks"):
+        inst.install(radix_cache=True, generation_checks=False, root=tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing was touched
+
+
+def test_switch_off_kernels_are_bit_identical_to_upstream(sgl: dict[str, Any]) -> None:
+    assert runtime.active() is None
+    for kind, (o0, lse0) in sgl["pristine"].items():
+        c = Case(kind, seed=7)
+        pool = c.pool(sgl["mp"])
+        c.write(pool, 1)
+        o, lse = c.decode(sgl["dec"], pool, 1)
+        assert torch.equal(o, o0) and torch.equal(lse, lse0), kind
+
+
+def test_a_second_owner_patches_the_same_file_and_reverts_in_either_order(
+        sgl: dict[str, Any]) -> None:
+    path = sgl["files"][0]
+    with_meter = _sha(path)
+    other = (Anchor("second owner", "def tanh(x):\n", "def tanh(x):  # second owner\n"),)
+    for order in ("second-first", "meter-first"):
+        p2 = patch_file(path, other, owner="second")
+        assert active_patches(path) == (inst.OWNER, "second")
+        if order == "second-first":
+            p2.revert()
+            assert _sha(path) == with_meter
+        else:
+            inst.installed().patches[0].revert()
+            assert active_patches(path) == ("second",)
+            assert "_witcert_rt" not in path.read_text()
+            p2.revert()
+            assert _sha(path) == sgl["before"][0]
+            patch_file(path, inst.decode_anchors(), owner=inst.OWNER)  # the fixture's again
+            assert _sha(path) == with_meter
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("kind", ["gqa", "mha", "mla"])
+def test_the_meter_inside_sglang_kernels_matches_the_torch_meter(sgl: dict[str, Any],
+                                                                  kind: str, dtype: str) -> None:
+    c = Case(kind, seed=11, dtype=getattr(torch, dtype))
+    with runtime.metering(ON) as rec:
+        assert rec is not None
+        pool = c.pool(sgl["mp"])
+        c.write(pool, 0)
+        c.write(pool, 1)
+        k_buf, _ = c.buffers(pool, 1)
+        wit = rec.witness_of(k_buf)
+        assert wit is not None
+        # the pool's write path produced the witnesses of the keys as it stored them
+        want = witness_write(c.k, k_buf[c.indices].to(c.k.dtype), bands=BANDS, layout=ON.layout)
+        assert torch.equal(wit[c.indices], want)
+        unread = torch.ones(int(wit.shape[0]), dtype=torch.bool)
+        unread[c.indices] = False
+        assert bool(torch.isinf(wit[unread]).all())  # never written: +inf, not 0
+        o, _ = c.decode(sgl["dec"], pool, 1)
+        ref, tv = c.reference(pool, 1)
+        (launch,) = rec.launches
+        got = launch.bounds()
+    o0, _ = sgl["pristine"][kind]
+    assert o.shape == o0.shape and bool(torch.isfinite(o).all())
+    rel = ((got.meter - ref).abs() / ref.clamp(min=1e-300)).max()
+    print(f"{kind} {dtype}: max relative error of the kernel's meter vs the torch meter "
+          f"{float(rel):.2e}"
+          f", largest meter {float(got.meter.max()):.3e}, largest exact TV {float(tv.max()):.3e}")
+    assert float(rel) < 1e-3, float(rel)
+    assert bool((got.meter >= tv).all())  # sound per (request, head)
+    assert bool((got.meter[1] == 0).all())  # one token: exactly 0
+    assert bool((got.meter[[0, 2, 3]] > 0).all())
+
+
+def test_the_bound_holds_when_the_query_aligns_with_the_residuals(sgl: dict[str, Any]) -> None:
+    c = Case("gqa", seed=5)
+    with runtime.metering(ON) as rec:
+        assert rec is not None
+        pool = c.pool(sgl["mp"])
+        c.write(pool, 1)
+        k_buf, _ = c.buffers(pool, 1)
+        # each query points along the storage residual of its request's first token,
+        # scaled up so that the rounding error moves attention as much as it can
+        for b in range(len(c.lens)):
+            lo = int(c.indptr[b])
+            r = (k_buf[c.indices[lo]].double() - c.k[lo].double())  # [kv_heads, d]
+            for h in range(c.heads):
+                kv = h // (c.heads // c.kv_heads)
+                c.q[b, h] = (r[kv] / r[kv].norm() * 60.0 + 0.01 * c.k[lo, kv]).half()
+        c.decode(sgl["dec"], pool, 1)
+        _, tv = c.reference(pool, 1)
+        got = rec.launches[0].bounds()
+    print(f"adversarial: largest exact TV {float(tv.max()):.3e}, meter there "
+          f"{float(got.meter.flatten()[tv.argmax()]):.3e}")
+    assert float(tv.max()) > 1e-4
+    assert bool((got.meter >= tv).all())
+
+
+def test_readings_enter_the_ledger_and_the_gate_sees_an_unwritten_layer(
+        sgl: dict[str, Any]) -> None:
+    c = Case("mha", seed=3)
+    c.lens, c.splits = [12, 9], torch.tensor([2, 1], dtype=torch.int32)
+    c.indptr = torch.tensor([0, 12, 21], dtype=torch.int32)
+    c.indices, c.k, c.v = c.indices[:21], c.k[:21], c.v[:21]
+    c.q = c.q[:2]
+    accounts = Accounts(layers=2, seats=4, tau=0.5, audit=False, delta_req=Fraction(1, 100),
+                        session="t", kv_cache_dtype="float16")
+    with runtime.metering(ON) as rec:
+        assert rec is not None
+        pool = c.pool(sgl["mp"])
+        good = [accounts.tally("a"), accounts.tally("b")]
+        for _ in range(3):  # three steps, both layers written and read
+            c.write(pool, 0)
+            c.write(pool, 1)
+            c.decode(sgl["dec"], pool, 0)
+            c.decode(sgl["dec"], pool, 1)
+            cells = rec.flush(accounts, good, layers=2)
+            assert len(cells) == 2 * 2 * c.heads
+            assert {(x.layer, x.head) for x in cells} == {(la, h) for la in (0, 1)
+                                                          for h in range(c.heads)}
+            assert all(x.reading.tier.name == "CERTIFIED" for x in cells)
+        verdict = accounts.finish("a")
+        assert verdict is not None and verdict.tier == "CERTIFIED"
+        assert verdict.spent == "0" and verdict.steps == 3 and verdict.cells == 3 * 2 * c.heads
+        # coverage and magnitude pass; soundness is "not audited" (so nothing failed)
+        stages = verdict.gate["stages"]
+        assert stages["coverage"]["passed"] and stages["magnitude"]["passed"]
+        assert verdict.gate["failed_stage"] is None
+        accounts.finish("b")
+        # a fresh pool whose layer 0 never had its witness written
+        pool2 = c.pool(sgl["mp"])
+        bad = [accounts.tally("c"), accounts.tally("d")]
+        c.write(pool2, 1)
+        c.decode(sgl["dec"], pool2, 0)  # unwitnessed: launched as upstream, not metered
+        c.decode(sgl["dec"], pool2, 1)
+        assert rec.unwitnessed_reads == 1
+        rec.flush(accounts, bad, layers=2)
+        v2 = accounts.finish("c")
+        assert v2 is not None and not v2.gate["accepted"]
+        assert v2.gate["failed_stage"] == "coverage"
+        assert "layer" in v2.gate["stages"]["coverage"]["detail"]
+
+
+def test_an_unwitnessed_slot_saturates_rather_than_reads_exact(sgl: dict[str, Any]) -> None:
+    c = Case("gqa", seed=9)
+    with runtime.metering(ON) as rec:
+        assert rec is not None
+        pool = c.pool(sgl["mp"])
+        c.write(pool, 1)
+        k_buf, _ = c.buffers(pool, 1)
+        wit = rec.witness_of(k_buf)
+        assert wit is not None
+        wit[c.indices[int(c.indptr[3]) + 4]] = math.inf  # as if that slot was never written
+        c.decode(sgl["dec"], pool, 1)
+        got = rec.launches[0].bounds()
+    assert bool(torch.isinf(got.log_a[3]).all()) and bool((got.meter[3] >= 1).all())
+    assert bool(torch.isfinite(got.meter[0]).all())
+
+
+def test_logits_the_witnesses_do_not_bound_are_refused(sgl: dict[str, Any]) -> None:
+    c = Case("mha", seed=1)
+    with runtime.metering(ON):
+        pool = c.pool(sgl["mp"])
+        c.write(pool, 1)
+        k_buf, v_buf = c.buffers(pool, 1)
+        o = torch.zeros(4, c.heads, c.dv, dtype=torch.float16)
+        logits = torch.zeros(4, c.heads, 4, c.dv)
+        lse = torch.zeros(4, c.heads, 4)
+        with pytest.raises(EngineMismatchError, match="logit_cap=30.0"):
+            sgl["dec"].decode_attention_fwd(c.q, k_buf, v_buf, o, c.indptr, c.indices, logits,
+                                            lse, c.splits, 4, c.scale, 1.0, 1.0, logit_cap=30.0)
+        with pytest.raises(EngineMismatchError, match="attention sinks"):
+            sgl["dec"].decode_attention_fwd(c.q, k_buf, v_buf, o, c.indptr, c.indices, logits,
+                                            lse, c.splits, 4, c.scale, 1.0, 1.0,
+                                            sinks=torch.zeros(c.heads))
+        with pytest.raises(EngineMismatchError, match="a key scale"):
+            pool.set_kv_buffer(types.SimpleNamespace(layer_id=1), c.indices, c.k.clone(),
+                               c.v.clone(), k_scale=2.0)
+        with pytest.raises(EngineMismatchError, match="the decode query"):
+            sgl["dec"].decode_attention_fwd(c.q.float(), k_buf, v_buf, o, c.indptr, c.indices,
+                                            logits, lse, c.splits, 4, c.scale, 1.0, 1.0)
