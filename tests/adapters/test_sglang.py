@@ -1,8 +1,9 @@
 """The SGLang adapter on the installed SGLang 0.5.23 source, its kernels in Triton's
 interpreter: anchored injection and byte-identical revert, bit-identical kernels with the
 switch off, witnesses written by the real KV pools, the meter accumulated inside SGLang's
-stage-1 decode kernels against the torch meter on the same attention (GQA, MHA, MLA), bounds
-above the exact TV, the radix-cache refusal, and readings into ledger accounts and the gate.
+stage-1 decode kernels and in its extend (prefill) kernel against the torch meter on the
+same attention (GQA, MHA, MLA; prefill: GQA, MHA), bounds above the exact TV, the
+radix-cache refusal, and readings into ledger accounts and the gate.
 
 SGLang's configuration package imports ``torchvision`` (for vision models this adapter never
 touches), and the registry's torchvision wheels fail against this CPU torch. The pool's
@@ -164,6 +165,91 @@ class Case:
         return meter, tv
 
 
+class ExtCase:
+    """A prefill batch over a real SGLang pool: ragged prefix lengths (some 0) at scattered
+    slots, ragged chunks whose keys the pool stores and the kernel reads from ``k_extend``."""
+
+    def __init__(self, kind: str, *, seed: int, dtype: Any = None) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.dtype = torch.float16 if dtype is None else dtype
+        wide = torch.float32 if self.dtype == torch.float16 else torch.float64
+        self.heads, self.kv_heads, self.d = {"gqa": (8, 2, 64), "mha": (4, 4, 64)}[kind]
+        self.pre, self.ext = [5, 0, 30, 0], [7, 3, 1, 20]
+        n_pre, n_ext = sum(self.pre), sum(self.ext)
+        self.size = n_pre + n_ext + 9
+        perm = torch.randperm(self.size, generator=g) + 1  # slot 0 is SGLang's pad
+        self.kv_indices = perm[:n_pre].to(torch.int64)
+        self.out_loc = perm[n_pre:n_pre + n_ext].to(torch.int64)
+        self.kv_indptr = torch.tensor([0, *torch.tensor(self.pre).cumsum(0).tolist()],
+                                      dtype=torch.int32)
+        self.qo_indptr = torch.tensor([0, *torch.tensor(self.ext).cumsum(0).tolist()],
+                                      dtype=torch.int32)
+        self.k_pre = torch.randn(n_pre, self.kv_heads, self.d, generator=g, dtype=wide)
+        self.k_pre[:, :, 5] *= 8.0  # a massive channel
+        self.v_pre = torch.randn(n_pre, self.kv_heads, self.d, generator=g, dtype=wide)
+        # the chunk's fresh keys in the query's dtype (the kernel's dot takes one dtype)
+        self.k_ext = torch.randn(n_ext, self.kv_heads, self.d, generator=g).to(self.dtype)
+        self.v_ext = torch.randn(n_ext, self.kv_heads, self.d, generator=g).to(self.dtype)
+        self.q = torch.randn(n_ext, self.heads, self.d, generator=g).to(self.dtype)
+        self.scale = self.d ** -0.5
+
+    def pool(self, mp: Any) -> Any:
+        return mp.MHATokenToKVPool(size=self.size, page_size=1, dtype=self.dtype,
+                                   head_num=self.kv_heads, head_dim=self.d, layer_num=2,
+                                   device="cpu", enable_memory_saver=False)
+
+    def write(self, pool: Any, layer: int) -> None:
+        """The earlier steps' prefix keys, then this step's chunk (as the backend does)."""
+        lay = types.SimpleNamespace(layer_id=layer)
+        pool.set_kv_buffer(lay, self.kv_indices, self.k_pre, self.v_pre)
+        pool.set_kv_buffer(lay, self.out_loc, self.k_ext, self.v_ext)
+
+    def extend(self, ext: Any, pool: Any, layer: int, **kw: Any) -> Any:
+        k_buf, v_buf = pool.k_buffer[layer], pool.v_buffer[layer]
+        o = torch.zeros(len(self.q), self.heads, self.d, dtype=self.dtype)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            ext.extend_attention_fwd(
+                self.q, kw.pop("k_extend", self.k_ext), self.v_ext, o, k_buf, v_buf,
+                self.qo_indptr, self.kv_indptr, self.kv_indices, kw.pop("custom_mask", None),
+                True, None, max(self.ext), kw.pop("k_scale", 1.0), 1.0, sm_scale=self.scale,
+                **kw)
+        return o
+
+    def reference(self, pool: Any, layer: int) -> tuple[Any, Any]:
+        """Per (token, head): the torch meter on the kernel's causal softmax (prefix keys as
+        stored with their witnesses, the chunk's keys with c = 0) and the exact TV against
+        the uncompressed prefix keys."""
+        k_buf = pool.k_buffer[layer]
+        rec = runtime.active()
+        assert rec is not None
+        wit = rec.witness_of(k_buf)
+        assert wit is not None
+        group = self.heads // self.kv_heads
+        meter = torch.zeros(len(self.q), self.heads, dtype=torch.float64)
+        tv = torch.zeros_like(meter)
+        for b, (np_, ne) in enumerate(zip(self.pre, self.ext, strict=True)):
+            lo, qlo = int(self.kv_indptr[b]), int(self.qo_indptr[b])
+            sl = self.kv_indices[lo:lo + np_]
+            for j in range(ne):
+                t = qlo + j
+                chunk = self.k_ext[qlo:t + 1]
+                for h in range(self.heads):
+                    kv = h // group
+                    qh = self.q[t, h].double()
+                    k_hat = torch.cat([k_buf[sl, kv].double(), chunk[:, kv].double()])
+                    k_true = torch.cat([self.k_pre[lo:lo + np_, kv].double(),
+                                        chunk[:, kv].double()])
+                    p_hat = torch.softmax((k_hat @ qh) * self.scale, 0)
+                    p = torch.softmax((k_true @ qh) * self.scale, 0)
+                    w = torch.cat([wit[sl, kv].double(),
+                                   torch.zeros(j + 1, BANDS, dtype=torch.float64)])
+                    lb = logit_bound(qh, w, scale=self.scale, layout=ON.layout)
+                    meter[t, h] = tv_bounds_batch(p_hat, lb,
+                                                  visible=torch.tensor(np_ + j + 1)).meter
+                    tv[t, h] = 0.5 * (p - p_hat).abs().sum()
+        return meter, tv
+
+
 @contextmanager
 def _engine_import() -> Generator[None]:
     # SGLang's import-time deprecation warnings are the engine's, not this adapter's
@@ -181,9 +267,10 @@ def sgl() -> Iterator[dict[str, Any]]:
         parallel: Any = get_parallel()
         parallel.override_permanently(dcp_enabled=False)
         dec = importlib.import_module("sglang.kernels.ops.attention.decode_attention")
+        ext = importlib.import_module("sglang.kernels.ops.attention.extend_attention")
         mp = importlib.import_module("sglang.srt.mem_cache.memory_pool")
     root = inst.sglang_root()
-    files = [root / inst.DECODE, root / inst.POOL]
+    files = [root / inst.DECODE, root / inst.POOL, root / inst.EXTEND]
     assert all(active_patches(f) == () for f in files)
     before = [_sha(f) for f in files]
     # the pristine kernels' outputs, before any patch
@@ -193,17 +280,25 @@ def sgl() -> Iterator[dict[str, Any]]:
         pool = c.pool(mp)
         c.write(pool, 1)
         pristine[kind] = c.decode(dec, pool, 1)
+    for kind in ("gqa", "mha"):
+        e = ExtCase(kind, seed=7)
+        pool = e.pool(mp)
+        e.write(pool, 1)
+        pristine["extend " + kind] = e.extend(ext, pool, 1)
     done = inst.install(radix_cache=False, generation_checks=False)
     try:
-        assert [active_patches(f) for f in files] == [(inst.OWNER,), (inst.OWNER,)]
+        assert [active_patches(f) for f in files] == [(inst.OWNER,)] * 3
         with _engine_import():
             dec = importlib.reload(dec)
+            ext = importlib.reload(ext)
             mp = importlib.reload(mp)
-        yield {"dec": dec, "mp": mp, "pristine": pristine, "files": files, "before": before}
+        yield {"dec": dec, "ext": ext, "mp": mp, "pristine": pristine, "files": files,
+               "before": before}
     finally:
         done.revert()
         with _engine_import():
             importlib.reload(dec)
+            importlib.reload(ext)
             importlib.reload(mp)
         for n in TV_NAMES:
             sys.modules.pop(n, None)
@@ -212,7 +307,8 @@ def sgl() -> Iterator[dict[str, Any]]:
 
 def test_every_anchor_matches_the_installed_source_and_a_changed_block_fails() -> None:
     root = inst.sglang_root()
-    for rel, anchors in ((inst.DECODE, inst.decode_anchors()), (inst.POOL, inst.pool_anchors())):
+    for rel, anchors in ((inst.DECODE, inst.decode_anchors()), (inst.POOL, inst.pool_anchors()),
+                         (inst.EXTEND, inst.extend_anchors())):
         text = (root / rel).read_text()
         if active_patches(root / rel):
             continue
@@ -223,6 +319,13 @@ def test_every_anchor_matches_the_installed_source_and_a_changed_block_fails() -
                            "qk = tl.where(offs_n <= split_kv_end, qk")
     with pytest.raises(InjectionError, match=r"anchor 'MHA meter block' found 0 times, expected 1"):
         apply_anchors(changed, inst.decode_anchors(), source=inst.DECODE)
+    text = (root / inst.EXTEND).read_text()
+    if not active_patches(root / inst.EXTEND):
+        changed = text.replace("cur_seq_len_prefix + start_n + offs_n[None, :],",
+                               "cur_seq_len_prefix + start_n + 1 + offs_n[None, :],")
+        with pytest.raises(InjectionError,
+                           match=r"anchor 'extend chunk meter block' found 0 times, expected 1"):
+            apply_anchors(changed, inst.extend_anchors(), source=inst.EXTEND)
 
 
 def test_the_switch_is_read_once_and_validated() -> None:
@@ -242,7 +345,14 @@ def test_the_installer_refuses_a_radix_cache_without_generation_checks(tmp_path:
 
 def test_switch_off_kernels_are_bit_identical_to_upstream(sgl: dict[str, Any]) -> None:
     assert runtime.active() is None
-    for kind, (o0, lse0) in sgl["pristine"].items():
+    for kind, val in sgl["pristine"].items():
+        if kind.startswith("extend "):
+            e = ExtCase(kind.removeprefix("extend "), seed=7)
+            pool = e.pool(sgl["mp"])
+            e.write(pool, 1)
+            assert torch.equal(e.extend(sgl["ext"], pool, 1), val), kind
+            continue
+        o0, lse0 = val
         c = Case(kind, seed=7)
         pool = c.pool(sgl["mp"])
         c.write(pool, 1)
@@ -413,3 +523,120 @@ def test_logits_the_witnesses_do_not_bound_are_refused(sgl: dict[str, Any]) -> N
         with pytest.raises(EngineMismatchError, match="the decode query"):
             sgl["dec"].decode_attention_fwd(c.q.float(), k_buf, v_buf, o, c.indptr, c.indices,
                                             logits, lse, c.splits, 4, c.scale, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("kind", ["gqa", "mha"])
+def test_the_meter_inside_the_extend_kernel_matches_the_torch_meter(
+        sgl: dict[str, Any], kind: str, dtype: str) -> None:
+    e = ExtCase(kind, seed=13, dtype=getattr(torch, dtype))
+    with runtime.metering(ON) as rec:
+        assert rec is not None
+        pool = e.pool(sgl["mp"])
+        e.write(pool, 1)
+        o = e.extend(sgl["ext"], pool, 1)
+        ref, tv = e.reference(pool, 1)
+        (launch,) = rec.launches
+        assert isinstance(launch, runtime.ExtendLaunch)
+        got = launch.bounds()
+    assert bool(torch.isfinite(o).all())
+    rel = ((got.meter - ref).abs() / ref.clamp(min=1e-300)).max()
+    print(f"extend {kind} {dtype}: max relative error of the kernel's meter vs the torch meter "
+          f"{float(rel):.2e}, largest meter {float(got.meter.max()):.3e}, largest exact TV "
+          f"{float(tv.max()):.3e}")
+    assert float(rel) < 1e-3, float(rel)
+    assert bool((got.meter >= tv).all())  # sound per (token, head)
+    # request 1 has no prefix: its keys are all the chunk's own (c = 0), so it reads exact
+    lo, hi = int(e.qo_indptr[1]), int(e.qo_indptr[2])
+    assert bool((got.meter[lo:hi] == 0).all()) and bool((got.log_a[lo:hi] == 0).all())
+    # request 3 has no prefix either; requests 0 and 2 read compressed prefix keys
+    lo3 = int(e.qo_indptr[3])
+    assert bool((got.meter[lo3:] == 0).all())
+    assert bool((got.meter[:int(e.qo_indptr[1])] > 0).all())
+    assert bool((got.meter[int(e.qo_indptr[2]):lo3] > 0).all())
+
+
+def test_the_extend_bound_holds_when_the_query_aligns_with_the_residuals(
+        sgl: dict[str, Any]) -> None:
+    e = ExtCase("gqa", seed=5)
+    with runtime.metering(ON) as rec:
+        assert rec is not None
+        pool = e.pool(sgl["mp"])
+        e.write(pool, 1)
+        k_buf = pool.k_buffer[1]
+        # request 2's queries point along the storage residual of its first prefix token
+        lo, t = int(e.kv_indptr[2]), int(e.qo_indptr[2])
+        r = k_buf[e.kv_indices[lo]].double() - e.k_pre[lo].double()
+        for h in range(e.heads):
+            kv = h // (e.heads // e.kv_heads)
+            e.q[t, h] = (r[kv] / r[kv].norm() * 60.0 + 0.01 * e.k_pre[lo, kv]).half()
+        e.extend(sgl["ext"], pool, 1)
+        _, tv = e.reference(pool, 1)
+        launch = rec.launches[0]
+        got = launch.bounds()
+    print(f"extend adversarial: largest exact TV {float(tv.max()):.3e}, meter there "
+          f"{float(got.meter.flatten()[tv.argmax()]):.3e}")
+    assert float(tv.max()) > 1e-4
+    assert bool((got.meter >= tv).all())
+
+
+def test_extend_launches_fold_into_the_step_readings(sgl: dict[str, Any]) -> None:
+    e = ExtCase("mha", seed=3)
+    accounts = Accounts(layers=2, seats=4, tau=0.5, audit=False, delta_req=Fraction(1, 100),
+                        session="t", kv_cache_dtype="float16")
+    with runtime.metering(ON) as rec:
+        assert rec is not None
+        pool = e.pool(sgl["mp"])
+        tallies = [accounts.tally(n) for n in "abcd"]
+        e.write(pool, 0)
+        e.write(pool, 1)
+        e.extend(sgl["ext"], pool, 0)
+        e.extend(sgl["ext"], pool, 1)
+        per_token = [launch.bounds().meter for launch in rec.launches]
+        cells = rec.flush(accounts, tallies, layers=2)
+    assert {(x.layer, x.head) for x in cells} == {(la, h) for la in (0, 1)
+                                                  for h in range(e.heads)}
+    assert len(cells) == 2 * 4 * e.heads
+    for x in cells:  # each request's cell is its worst token of that layer and head
+        lo, hi = int(e.qo_indptr[x.request]), int(e.qo_indptr[x.request + 1])
+        assert x.reading.value == float(per_token[x.layer][lo:hi, x.head].max())
+    v = accounts.finish("a")
+    assert v is not None and v.gate["stages"]["coverage"]["passed"]
+
+
+def test_extend_paths_the_meter_does_not_follow_are_refused(sgl: dict[str, Any]) -> None:
+    e = ExtCase("mha", seed=1)
+    with runtime.metering(ON):
+        pool = e.pool(sgl["mp"])
+        e.write(pool, 1)
+        for kw, what in (({"logit_cap": 30.0}, "logit_cap=30.0"),
+                         ({"sinks": torch.zeros(e.heads)}, "sinks=set"),
+                         ({"sliding_window_size": 4}, "sliding_window_size=4"),
+                         ({"custom_mask": torch.ones(8, dtype=torch.uint8)}, "custom_mask=set"),
+                         ({"skip_prefix": True}, "skip_prefix=True"),
+                         ({"k_scale": 0.5}, "k_scale=0.5")):
+            with pytest.raises(EngineMismatchError, match=what):
+                e.extend(sgl["ext"], pool, 1, **kw)
+        # the backend's read-back path: the chunk's keys are the pool's compressed copies
+        # of wider keys, with no write of them in this step
+        wide = e.k_ext.float() + 1e-3 * torch.randn(e.k_ext.shape,
+                                                    generator=torch.Generator().manual_seed(2))
+        pool.set_kv_buffer(types.SimpleNamespace(layer_id=1), e.out_loc, wide, e.v_ext)
+        pool.set_kv_buffer(types.SimpleNamespace(layer_id=1), e.kv_indices, e.k_pre, e.v_pre)
+        with pytest.raises(EngineMismatchError, match="the extend chunk's keys"):
+            e.extend(sgl["ext"], pool, 1, k_extend=pool.k_buffer[1][e.out_loc])
+        # the base-2 mode (AMD gfx950 only, never on this path): refused at the launch
+        with pytest.raises(EngineMismatchError, match="use_exp2=True"):
+            runtime.extend_args(e.q, e.k_ext, pool.k_buffer[1], e.qo_indptr, e.kv_indptr, 1.0,
+                                1.0, is_causal=True, logit_cap=0.0, xai_temperature_len=-1,
+                                score_mod=None, custom_mask=None, sliding_window_size=-1,
+                                sinks=None, skip_prefix=False, skip_extend=False, page_size=1,
+                                use_exp2=True)
+        with pytest.raises(EngineMismatchError, match="the unified extend kernel"):
+            sgl["ext"].extend_attention_fwd_unified(
+                e.q, torch.zeros_like(e.q), pool.k_buffer[1], pool.v_buffer[1], 1.0, 1.0,
+                e.qo_indptr, e.kv_indptr, e.kv_indices, torch.tensor(e.pre), max(e.ext))
+        with pytest.raises(EngineMismatchError, match="the dense prefill kernel"):
+            sgl["ext"].dense_prefill_attention_fwd(
+                e.q, e.k_ext, e.v_ext, torch.zeros_like(e.q), e.qo_indptr, e.qo_indptr,
+                max(e.ext))

@@ -4,7 +4,8 @@ Installed by anchored source edits of the SGLang files (:mod:`.installer`), swit
 environment variable, ``WITCERT_SGLANG`` (:mod:`.config`), read once per process. With it
 off the patched kernels run their upstream specialisation. The KV pools write band
 witnesses beside the keys (:func:`.runtime.write_keys`); stage 1 of SGLang's MHA and grouped
-decode kernels accumulates the Tier-A meter (:mod:`.triton_meter`); the split partials merge
+decode kernels and its extend (prefill) kernel accumulate the Tier-A meter
+(:mod:`.triton_meter`); the split partials merge
 on the host into bounds, and the step's readings go into the same ledger accounts as the
 vLLM plugin's (:class:`.runtime.Recorder`).
 

@@ -1,7 +1,7 @@
 """Install the meter into SGLang's own files: anchored edits of the decode kernels and the KV
 pools, with a surgical, hash-checked revert (:mod:`witcert_adapters.injection`).
 
-Two files of the installed SGLang are patched, each edit an exact block of upstream source
+Three files of the installed SGLang are patched, each edit an exact block of upstream source
 with its hit count (a changed upstream fails naming the anchor, before any byte is written):
 
 - ``sglang/kernels/ops/attention/decode_attention.py``: both stage-1 kernels
@@ -17,8 +17,14 @@ with its hit count (a changed upstream fails naming the anchor, before any byte 
   ``MLATokenToKVPool.set_kv_buffer`` call :func:`~witcert_adapters.sglang.runtime.write_keys`
   before they store, when a recorder is active.
 
-The extend (prefill) kernel is not patched: prefill reads are not metered (their layers'
-writes are).
+- ``sglang/kernels/ops/attention/extend_attention.py``: the extend kernel ``_fwd_kernel``
+  keeps the meter per query token and head:
+  :func:`~witcert_adapters.sglang.triton_meter.meter_block` on the prefix loop's logits
+  (cached keys, witnesses of their slots),
+  :func:`~witcert_adapters.sglang.triton_meter.meter_exact` on the chunk loop's (the chunk's
+  own keys, ``c = 0``), both in natural-log units; its launch passes
+  :func:`~witcert_adapters.sglang.runtime.extend_args`. The unified and dense prefill entry
+  points call :func:`~witcert_adapters.sglang.runtime.refuse_unmetered`.
 
 :func:`install` refuses an engine configuration the method does not survive: the radix
 (prefix) cache shares written slots across requests and reuses freed slots, so a witness is
@@ -27,7 +33,8 @@ only valid for the generation of the slot it was written at; without generation 
 
 Main declarations
 -----------------
-- :data:`OWNER`, :func:`decode_anchors`, :func:`pool_anchors`, :func:`sglang_root`.
+- :data:`OWNER`, :func:`decode_anchors`, :func:`extend_anchors`, :func:`pool_anchors`,
+  :func:`sglang_root`.
 - :class:`Installed`, :func:`install`, :func:`installed`.
 """
 
@@ -41,12 +48,13 @@ from typing import Final, final
 from witcert_adapters.injection import Anchor, FilePatch, applied_patch, patch_file
 from witcert_calculus.errors import EngineMismatchError
 
-__all__ = ["DECODE", "OWNER", "POOL", "Installed", "decode_anchors", "install", "installed",
-           "pool_anchors", "sglang_root"]
+__all__ = ["DECODE", "EXTEND", "OWNER", "POOL", "Installed", "decode_anchors", "extend_anchors",
+           "install", "installed", "pool_anchors", "sglang_root"]
 
 OWNER: Final = "witcert-sglang-meter"
 """The owner name of the adapter's patches (in the files' manifest)."""
 DECODE: Final = "kernels/ops/attention/decode_attention.py"
+EXTEND: Final = "kernels/ops/attention/extend_attention.py"
 POOL: Final = "srt/mem_cache/memory_pool.py"
 
 _IMPORT = ("from witcert_adapters.sglang import runtime as _witcert_rt\n"
@@ -165,6 +173,89 @@ def pool_anchors() -> tuple[Anchor, ...]:
     )
 
 
+_EXT_IMPORT = _IMPORT.replace(
+    "from witcert_adapters.sglang.triton_meter import meter_init",
+    "from witcert_adapters.sglang.triton_meter import meter_exact as _witcert_exact\n"
+    "from witcert_adapters.sglang.triton_meter import meter_init")
+# one row per (token, head): the rows' index into the [tokens, heads] meter buffers
+_EXT_ROWS = ("(cur_seq_extend_start_idx + cur_block_m * BLOCK_M + offs_m) * wit_q_heads"
+             " + cur_head")
+_EXT_TAIL = ("                    cur_head,\n                    final_mask,\n"
+             "                    Aux0,\n                    aux0_stride_t,\n"
+             "                    aux0_stride_h,\n                    aux0_len,\n"
+             "                )\n\n            qk = tl.where(final_mask, qk, float(\"-inf\"))\n")
+# the logits in natural-log units, converted as the kernel's own log-sum-exp store does
+_EXT_S = "(qk * LN2 if USE_EXP2 else qk)"
+
+
+def extend_anchors() -> tuple[Anchor, ...]:
+    """The edits of ``extend_attention.py`` (SGLang 0.5.23): ``_fwd_kernel`` and its launch;
+    the unified and dense prefill entry points refuse a metered call."""
+    sig = "    aux0_len=0,\n):\n    if USE_COMPACT_TILE_GRID:\n        output_tile"
+    qpe = ("        qpe = tl.load(Q_Extend + offs_qpe, mask=mask_m[:, None], other=0.0)\n\n"
+           "    # stage 1: compute scores with prefix\n")
+    pre = ("                    start_n + offs_n_prefix[None, :],\n"
+           "                    (cur_seq_extend_start_idx + cur_block_m * BLOCK_M + offs_m)[\n"
+           "                        :, None\n                    ],\n" + _EXT_TAIL)
+    ext = ("                    cur_seq_len_prefix + start_n + offs_n[None, :],\n"
+           "                    (cur_seq_extend_start_idx + cur_block_m * BLOCK_M + offs_m)[\n"
+           "                        :, None\n                    ],\n" + _EXT_TAIL)
+    store = ("    offs_o = (\n"
+             "        (cur_seq_extend_start_idx + cur_block_m * BLOCK_M + offs_m[:, None])\n")
+    launch_end = ("        num_warps=num_warps,\n        num_stages=num_stages,\n"
+                  "        **extra_kargs,\n    )\n\n\n@triton.jit\ndef _fwd_kernel_unified(")
+    uni = ("    Lq, Lv = q.shape[-1], v_buffer.shape[-1]\n\n"
+           "    # Get block sizes and configuration\n")
+    dense = ("    assert k.shape[0] == v.shape[0], (\n"
+             "        f\"k/v token counts must match, got {k.shape[0]} vs {v.shape[0]}\"\n"
+             "    )\n")
+    return (
+        Anchor("extend meter imports", "import triton.language as tl\n",
+               "import triton.language as tl\n" + _EXT_IMPORT),
+        Anchor("extend meter parameters", sig,
+               "    aux0_len=0,\n    Wit=None,\n    WitQn=None,\n    WitOut=None,\n"
+               "    wit_stride_bs=0,\n    wit_stride_h=0,\n    wit_nb=1,\n    wit_q_heads=1,\n"
+               "    WitC=None,\n    WIT_NB: tl.constexpr = 1,\n"
+               "    WIT_METER: tl.constexpr = False,\n):\n"
+               "    if USE_COMPACT_TILE_GRID:\n        output_tile"),
+        Anchor("extend meter init", qpe,
+               qpe.replace("\n\n", "\n\n    if WIT_METER:\n"
+                           f"        wit_rows = {_EXT_ROWS}\n"
+                           f"        {_STATE} = _witcert_init(\n"
+                           "            WitQn, 0, wit_rows, mask_m, 1, wit_nb, WIT_NB)\n\n", 1)),
+        Anchor("extend prefix meter block", pre,
+               pre + "            if WIT_METER:\n"
+               f"                {_STATE} = _witcert_block(\n"
+               f"                    wqn, {_ARGS}, {_EXT_S}, final_mask, offs_kv_loc,\n"
+               "                    mask_n, Wit, cur_kv_head, wit_stride_bs, wit_stride_h,\n"
+               "                    wit_nb, WitC, WIT_NB)\n"),
+        Anchor("extend chunk meter block", ext,
+               ext + "            if WIT_METER:\n"
+               f"                {_STATE} = _witcert_exact(\n"
+               f"                    wqn, {_ARGS}, {_EXT_S}, final_mask)\n"),
+        Anchor("extend meter store", store,
+               "    if WIT_METER:\n"
+               "        _witcert_store(WitOut, 0, wit_rows, mask_m, 0, 1, 1,\n"
+               f"                       {_ARGS})\n\n" + store),
+        Anchor("extend launch", "    _fwd_kernel[grid](\n",
+               "    _wit = _witcert_rt.extend_args(\n"
+               "        q_extend, k_extend, k_buffer, qo_indptr, kv_indptr, sm_scale, k_scale,\n"
+               "        is_causal=is_causal, logit_cap=logit_cap,\n"
+               "        xai_temperature_len=xai_temperature_len, score_mod=score_mod,\n"
+               "        custom_mask=custom_mask, sliding_window_size=sliding_window_size,\n"
+               "        sinks=sinks, skip_prefix=skip_prefix, skip_extend=skip_extend,\n"
+               "        page_size=page_size, use_exp2=USE_EXP2)\n"
+               "    _fwd_kernel[grid](\n"),
+        Anchor("extend launch arguments", launch_end,
+               launch_end.replace("**extra_kargs,\n", "**extra_kargs,\n        **_wit,\n")),
+        Anchor("unified extend refusal", uni,
+               uni.replace("\n\n", "\n    _witcert_rt.refuse_unmetered(\"the unified extend "
+                           "kernel\")\n\n", 1)),
+        Anchor("dense prefill refusal", dense,
+               dense + "    _witcert_rt.refuse_unmetered(\"the dense prefill kernel\")\n"),
+    )
+
+
 def sglang_root() -> Path:
     """The folder of the installed ``sglang`` package (found without importing it).
 
@@ -192,7 +283,8 @@ class Installed:
 
 
 def _targets(root: Path) -> tuple[tuple[Path, tuple[Anchor, ...]], ...]:
-    return ((root / DECODE, decode_anchors()), (root / POOL, pool_anchors()))
+    return ((root / DECODE, decode_anchors()), (root / EXTEND, extend_anchors()),
+            (root / POOL, pool_anchors()))
 
 
 def install(*, radix_cache: bool, generation_checks: bool, root: Path | None = None

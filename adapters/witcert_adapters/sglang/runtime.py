@@ -10,7 +10,8 @@ and filled with ``+inf``: a slot that was never witnessed saturates the meter, i
 as exact. The patched stage-1 launches call :func:`stage1_args`, which finds the witness
 buffer of the key buffer being read, computes the query's band norms and hands the kernel
 its meter arguments (none when the meter is off or the layer was never witnessed, so the
-kernel compiles exactly as upstream).
+kernel compiles exactly as upstream). The patched extend launch calls :func:`extend_args`
+in the same way (one meter row per query token and head, :class:`ExtendLaunch`).
 
 Everything runs only inside :func:`metering` (an explicit :class:`Recorder` and config) or,
 in an engine process, with :data:`witcert_adapters.sglang.config.CONFIG` enabled (a process
@@ -21,9 +22,10 @@ by layer (written, read).
 
 Main declarations
 -----------------
-- :class:`Recorder`, :class:`Launch`, :class:`CellReading`, :func:`metering`, :func:`active`.
-- :func:`write_keys`, :func:`stage1_args`, :func:`stage2_check`: the calls in the patched
-  files.
+- :class:`Recorder`, :class:`Launch`, :class:`ExtendLaunch`, :class:`CellReading`,
+  :func:`metering`, :func:`active`.
+- :func:`write_keys`, :func:`stage1_args`, :func:`stage2_check`, :func:`extend_args`,
+  :func:`refuse_unmetered`: the calls in the patched files.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ from witcert_kernels.meter import band_norms
 from witcert_kernels.triton_launch import pow2
 from witcert_kernels.triton_witness import witness_write
 
-__all__ = ["CellReading", "Launch", "Recorder", "active", "metering", "stage1_args",
-           "stage2_check", "write_keys"]
+__all__ = ["CellReading", "ExtendLaunch", "Launch", "Recorder", "active", "extend_args",
+           "metering", "refuse_unmetered", "stage1_args", "stage2_check", "write_keys"]
 
 
 @final
@@ -72,6 +74,58 @@ class Launch:
                                     scale=self.scale, tokens=self.tokens)
 
 
+    def request_meter(self, b: MeterBounds) -> torch.Tensor:
+        """The meter per request and head ``[B, H]`` (one query row per request)."""
+        return b.meter
+
+
+@final
+@dataclass(frozen=True, slots=True, eq=False)
+class ExtendLaunch:
+    """One metered extend (prefill) launch: one query row per ``(token, head)``.
+
+    ``qo_indptr`` and ``kv_indptr`` (host copies) give each token its request and the keys it
+    sees: the request's prefix and, causally, the chunk's tokens up to itself."""
+
+    layer: int
+    partials: torch.Tensor
+    query_bands: torch.Tensor
+    qo_indptr: torch.Tensor
+    kv_indptr: torch.Tensor
+    causal: bool
+    scale: float
+    tokens: int
+
+    def _rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        qo, kv = self.qo_indptr.long(), self.kv_indptr.long()
+        ext, pre = qo[1:] - qo[:-1], kv[1:] - kv[:-1]
+        req = torch.repeat_interleave(torch.arange(int(ext.numel())), ext)
+        pos = torch.arange(int(req.numel())) + int(qo[0]) - qo[req]
+        seen = pre[req] + (pos + 1 if self.causal else ext[req])
+        return req, seen
+
+    def bounds(self) -> MeterBounds:
+        """The merged bounds per token and head ``[T, H]`` (the tokens of ``qo_indptr``)."""
+        _, seen = self._rows()
+        lo, hi = int(self.qo_indptr[0]), int(self.qo_indptr[-1])
+        return bounds_from_partials(self.partials[lo:hi], self.query_bands[lo:hi],
+                                    seen.to(self.partials.device), scale=self.scale,
+                                    tokens=self.tokens)
+
+    def request_meter(self, b: MeterBounds) -> torch.Tensor:
+        """Each request's worst token per head ``[B, H]`` (NaN if any token's is NaN; 0 for
+        a request with no token in the chunk)."""
+        req, _ = self._rows()
+        out = torch.zeros(int(self.qo_indptr.numel()) - 1, int(b.meter.shape[1]),
+                          dtype=b.meter.dtype)
+        m = b.meter.cpu()
+        for r in range(int(out.shape[0])):
+            rows = m[req == r]
+            if int(rows.shape[0]) > 0:
+                out[r] = rows.amax(dim=0)
+        return out
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class CellReading:
@@ -90,6 +144,7 @@ class _LayerWitness:
     witness: torch.Tensor
     key: torch.Tensor  # held, so that its address is never reused while it is registered
     writes: int = 0
+    last: torch.Tensor | None = None  # the keys of the layer's latest write, as handed in
 
 
 @final
@@ -99,7 +154,7 @@ class Recorder:
 
     config: SGLangConfig
     layers: dict[int, _LayerWitness] = field(default_factory=lambda: {})
-    launches: list[Launch] = field(default_factory=lambda: [])
+    launches: list[Launch | ExtendLaunch] = field(default_factory=lambda: [])
     step_writes: set[int] = field(default_factory=lambda: set())
     unwitnessed_reads: int = 0
 
@@ -140,15 +195,16 @@ class Recorder:
         read: set[int] = set()
         for launch in self.launches:
             b = launch.bounds()
-            if int(b.meter.shape[0]) != len(tallies):
+            per = launch.request_meter(b)
+            if int(per.shape[0]) != len(tallies):
                 raise InvalidValueError("tallies", len(tallies),
                                         f"the launch of layer {launch.layer} has "
-                                        f"{int(b.meter.shape[0])} requests")
+                                        f"{int(per.shape[0])} requests")
             ev = b.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
             evidence = ev if evidence is None else evidence
             read.add(launch.layer)
             rows = cast(list[list[float]],
-                        b.meter.tolist())  # pyright: ignore[reportUnknownMemberType]
+                        per.tolist())  # pyright: ignore[reportUnknownMemberType]
             for r, row in enumerate(rows):
                 for h, v in enumerate(row):
                     count[r] += 1
@@ -220,6 +276,7 @@ def write_keys(layer: int, loc: torch.Tensor, cache_k: torch.Tensor, key_buffer:
     w = witness_write(cache_k, k_hat, bands=rec.config.bands, layout=rec.config.layout)
     entry.witness[loc] = w.view(int(cache_k.shape[0]), -1, rec.config.bands)
     entry.writes += 1
+    entry.last = cache_k
     rec.step_writes.add(layer)
 
 
@@ -270,5 +327,89 @@ def stage1_args(q: torch.Tensor, k_buffer: torch.Tensor, att_lse: torch.Tensor,
     return {"Wit": witness, "WitQn": qb, "WitOut": partials,
             "wit_stride_bs": witness.stride(0), "wit_stride_h": witness.stride(1),
             "wit_nb": nb, "wit_q_heads": heads, "wit_max_splits": splits,
+            "WitC": meter_constants(float(scale), nb, device=q.device), "WIT_NB": pow2(nb),
+            "WIT_METER": True}
+
+
+def refuse_unmetered(kernel: str) -> None:
+    """Refuse a prefill kernel that carries no meter while metering (its reads would go
+    unmetered).
+
+    Raises:
+        EngineMismatchError: ``kernel`` called in a metered step.
+    """
+    if active() is not None:
+        raise EngineMismatchError("the prefill kernel", "extend_attention_fwd (metered)", kernel)
+
+
+def extend_args(q: torch.Tensor, k_extend: torch.Tensor, k_buffer: torch.Tensor,
+                qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, scale: float,
+                k_scale: object, *, is_causal: bool, logit_cap: float, xai_temperature_len: int,
+                score_mod: object, custom_mask: object, sliding_window_size: int,
+                sinks: object, skip_prefix: bool, skip_extend: bool,
+                page_size: int, use_exp2: bool = False) -> dict[str, Any]:
+    """The meter's extra arguments of one ``_fwd_kernel`` launch (empty: launch as upstream).
+
+    Each query row (token) and head accumulates the Tier-A meter over both of the kernel's
+    loops. The prefix loop reads the request's cached keys from the pool through
+    ``kv_indices``: their ``c_t`` come from the stored witnesses of those slots. The extend
+    loop reads the chunk's own keys from ``k_extend``: SGLang's Triton backend stores the
+    layer's freshly computed keys into the pool and hands the same keys, not the pool's
+    compressed copies, to the kernel, so those logits are the exact ones and their ``c`` is
+    exactly 0; they still enter every log-sum-exp of ``s``. This is checked per launch: the
+    chunk's keys must equal the keys of the layer's latest pool write (the backend's
+    read-back of cached keys, ``k_buffer[cache_loc]``, follows no write and is refused). The
+    kernel's logits enter the meter in natural-log units; its base-2 mode (logits scaled by
+    ``log2 e``, converted back by a float32 product whose rounding the margin analysis does
+    not cover) is refused while metering, and ``c`` uses the scale ``sm_scale`` the prefix
+    logits were computed with (a key scale other than 1 is refused).
+
+    Raises:
+        EngineMismatchError: logits or masks the witnesses do not follow (a logit cap, a
+            temperature, a score modifier, a custom mask, a sliding window, sinks, a key
+            scale, a split prefix or chunk pass, the base-2 mode, a paged key view, a query in another dtype
+            than the pool's keys, chunk keys other than those the layer last stored).
+    """
+    rec = active()
+    if rec is None:
+        return {}
+    ks = float(k_scale) if isinstance(k_scale, (int, float, torch.Tensor)) else math.nan
+    if (logit_cap > 0 or xai_temperature_len > 0 or score_mod is not None
+            or custom_mask is not None or sliding_window_size > 0 or sinks is not None
+            or ks != 1.0 or skip_prefix or skip_extend or page_size != 1
+            or k_buffer.ndim != 3 or use_exp2):
+        raise EngineMismatchError(
+            "the extend logits", "plain causal or full scaled dot products over "
+            "[slots, kv_heads, dim] keys, both loops, no sinks",
+            f"logit_cap={logit_cap}, xai_temperature_len={xai_temperature_len}, "
+            f"score_mod={score_mod!r}, custom_mask={'set' if custom_mask is not None else None}"
+            f", sliding_window_size={sliding_window_size}, "
+            f"sinks={'set' if sinks is not None else None}, k_scale={k_scale!r}, "
+            f"skip_prefix={skip_prefix}, skip_extend={skip_extend}, page_size={page_size}, "
+            f"use_exp2={use_exp2}, k_buffer {tuple(k_buffer.shape)}")
+    if q.dtype != k_buffer.dtype:  # the prefix loop rounds q to the keys' dtype first
+        raise EngineMismatchError("the extend query", f"the keys' dtype {k_buffer.dtype} (the "
+                                  "witnesses do not cover a rounding of the query)", str(q.dtype))
+    witness = rec.witness_of(k_buffer)
+    if witness is None:
+        rec.unwitnessed_reads += 1
+        return {}
+    entry = rec.layers[k_buffer.data_ptr()]
+    last = entry.last
+    if last is None or last.shape != k_extend.shape or not torch.equal(last, k_extend):
+        raise EngineMismatchError("the extend chunk's keys", "the keys the layer's latest pool "
+                                  "write was handed (the freshly computed ones)",
+                                  f"keys {tuple(k_extend.shape)} that layer {entry.layer} "
+                                  "did not last store (possibly the pool's compressed copies)")
+    tokens, heads = int(q.shape[0]), int(q.shape[1])
+    nb = rec.config.bands
+    qb = band_norms(q.to(torch.float64), bands=nb, layout=rec.config.layout).contiguous()
+    partials = empty_partials(tokens, heads, 1, device=q.device)
+    rec.launches.append(ExtendLaunch(entry.layer, partials, qb, qo_indptr.detach().cpu(),
+                                     kv_indptr.detach().cpu(), bool(is_causal), float(scale),
+                                     int(witness.shape[0]) + tokens))
+    return {"Wit": witness, "WitQn": qb, "WitOut": partials,
+            "wit_stride_bs": witness.stride(0), "wit_stride_h": witness.stride(1),
+            "wit_nb": nb, "wit_q_heads": heads,
             "WitC": meter_constants(float(scale), nb, device=q.device), "WIT_NB": pow2(nb),
             "WIT_METER": True}

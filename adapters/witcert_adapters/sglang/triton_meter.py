@@ -14,6 +14,10 @@ bounds, the smallest witness), one row per query head. The log-sum-exp step, the
 step and the outward rounding are :mod:`witcert_kernels.triton_decode`'s own Triton
 functions, and the float64 constants (scale, margins) reach the kernel in a float64 tensor.
 
+SGLang's extend kernel ``_fwd_kernel`` calls the same functions with one row per query
+token (``meter_block`` on its prefix loop, whose keys are cached; :func:`meter_exact` on its
+chunk loop, whose keys are the chunk's own, unrounded: ``c = 0``), one split per row.
+
 The split partials (the fused decode kernel's column layout) merge on the host with the
 fused decode's own Tier-A merge (log-sum-exp weights, exactly as the output's partials merge
 in SGLang's stage 2, its margin, :func:`witcert_kernels.meter.forms_from_logs`). The margin analysis of
@@ -22,8 +26,9 @@ number of slots of the pool (no host synchronisation).
 
 Main declarations
 -----------------
-- :func:`meter_init`, :func:`meter_block`, :func:`meter_store`: the Triton functions the
-  patched kernels call; :func:`meter_constants`: the float64 constants they read.
+- :func:`meter_init`, :func:`meter_block`, :func:`meter_exact`, :func:`meter_store`: the
+  Triton functions the patched kernels call; :func:`meter_constants`: the float64 constants
+  they read.
 - :data:`FIELDS`: the partials' columns; :func:`empty_partials`: a partials buffer whose
   unvisited splits read as empty.
 - :class:`MeterBounds`, :func:`bounds_from_partials`: the merged bounds of one launch.
@@ -52,7 +57,7 @@ from witcert_kernels.triton_decode import _outward  # pyright: ignore[reportPriv
 from witcert_kernels.triton_decode import _tier_a_meter  # pyright: ignore[reportPrivateUsage]
 
 __all__ = ["FIELDS", "MeterBounds", "bounds_from_partials", "empty_partials", "meter_block",
-           "meter_constants", "meter_init", "meter_store"]
+           "meter_constants", "meter_exact", "meter_init", "meter_store"]
 
 FIELDS: Final = ("mx0", "a0", "mx1", "a1", "mx2", "a2", "s_abs", "c_max", "c_inf", "w_min",
                  "nan")
@@ -94,7 +99,19 @@ def meter_block(qn: Any, mx0: Any, a0: Any, mx1: Any, a1: Any, mx2: Any, a2: Any
     w_top: Any = tl.max(w, axis=1)
     exact = (q_top[:, None] == 0.0) | (w_top[None, :] == 0.0)
     c = tl.where(exact, 0.0, _outward(y, c_gamma, c_alpha, exact))
-    s64 = s.to(tl.float64)
+    mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, bad = _accumulate(
+        mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, bad, s.to(tl.float64), c, valid)
+    wv: Any = tl.min(tl.where(wmask, w, float("inf")), axis=1)  # [N]
+    w_min = tl.minimum(w_min, tl.min(tl.where(valid, wv[None, :], float("inf")), axis=1))
+    return (qn, mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, w_min, bad)
+
+
+@triton.jit
+def _accumulate(mx0: Any, a0: Any, mx1: Any, a1: Any, mx2: Any, a2: Any, s_abs: Any,
+                c_max: Any, c_inf: Any, bad: Any, s64: Any, c: Any,
+                valid: Any) -> tuple[Any, ...]:
+    """One block's logits ``s64 [R, N]`` (float64) with their bounds ``c [R, N]`` into the
+    three log-sum-exps, the largest ``|s|`` and ``c`` and the flags."""
     # the kernels' reductions run over axis 0: tokens first, [N, R]
     vt = tl.trans(valid)
     st = tl.trans(s64)
@@ -102,8 +119,18 @@ def meter_block(qn: Any, mx0: Any, a0: Any, mx1: Any, a1: Any, mx2: Any, a2: Any
     mx1, a1, mx2, a2, c_max, c_inf, bad = _meter_step(mx1, a1, mx2, a2, c_max, c_inf, bad, st,
                                                       tl.trans(c), vt)
     s_abs = tl.maximum(s_abs, tl.max(tl.where(valid, tl.abs(s64), 0.0), axis=1))
-    wv: Any = tl.min(tl.where(wmask, w, float("inf")), axis=1)  # [N]
-    w_min = tl.minimum(w_min, tl.min(tl.where(valid, wv[None, :], float("inf")), axis=1))
+    return (mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, bad)
+
+
+@triton.jit
+def meter_exact(qn: Any, mx0: Any, a0: Any, mx1: Any, a1: Any, mx2: Any, a2: Any, s_abs: Any,
+                c_max: Any, c_inf: Any, w_min: Any, bad: Any, s: Any,
+                valid: Any) -> tuple[Any, ...]:
+    """One block of keys the kernel reads uncompressed (``c = 0`` exactly): their logits
+    ``s [R, N]`` (float32, masked) still enter every log-sum-exp; no witness is read."""
+    s64 = s.to(tl.float64)
+    mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, bad = _accumulate(
+        mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, bad, s64, tl.zeros_like(s64), valid)
     return (qn, mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, w_min, bad)
 
 
