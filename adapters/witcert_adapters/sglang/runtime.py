@@ -40,7 +40,7 @@ from typing import Any, cast, final
 import torch
 
 from witcert_adapters.sglang.config import CONFIG, SGLangConfig
-from witcert_adapters.sglang.triton_meter import MeterBounds, bounds_from_partials, \
+from witcert_adapters.sglang.triton_meter import bounds_from_partials, \
     empty_partials, meter_constants
 from witcert_adapters.vllm_plugin.meter import SUMMARY
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
@@ -49,6 +49,7 @@ from witcert_calculus.errors import EngineMismatchError, InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_kernels.meter import band_norms
+from witcert_kernels.triton_decode import TierMeter
 from witcert_kernels.triton_launch import pow2
 from witcert_kernels.triton_witness import witness_write
 
@@ -68,13 +69,13 @@ class Launch:
     scale: float
     tokens: int
 
-    def bounds(self) -> MeterBounds:
+    def bounds(self) -> TierMeter:
         """The merged bounds ``[B, H]``."""
         return bounds_from_partials(self.partials, self.query_bands, self.seq_lens,
                                     scale=self.scale, tokens=self.tokens)
 
 
-    def request_meter(self, b: MeterBounds) -> torch.Tensor:
+    def request_meter(self, b: TierMeter) -> torch.Tensor:
         """The meter per request and head ``[B, H]`` (one query row per request)."""
         return b.meter
 
@@ -104,7 +105,7 @@ class ExtendLaunch:
         seen = pre[req] + (pos + 1 if self.causal else ext[req])
         return req, seen
 
-    def bounds(self) -> MeterBounds:
+    def bounds(self) -> TierMeter:
         """The merged bounds per token and head ``[T, H]`` (the tokens of ``qo_indptr``)."""
         _, seen = self._rows()
         lo, hi = int(self.qo_indptr[0]), int(self.qo_indptr[-1])
@@ -112,7 +113,7 @@ class ExtendLaunch:
                                     seen.to(self.partials.device), scale=self.scale,
                                     tokens=self.tokens)
 
-    def request_meter(self, b: MeterBounds) -> torch.Tensor:
+    def request_meter(self, b: TierMeter) -> torch.Tensor:
         """Each request's worst token per head ``[B, H]`` (NaN if any token's is NaN; 0 for
         a request with no token in the chunk)."""
         req, _ = self._rows()

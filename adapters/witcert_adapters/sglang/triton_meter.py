@@ -31,7 +31,7 @@ Main declarations
   they read.
 - :data:`FIELDS`: the partials' columns; :func:`empty_partials`: a partials buffer whose
   unvisited splits read as empty.
-- :class:`MeterBounds`, :func:`bounds_from_partials`: the merged bounds of one launch.
+- :func:`bounds_from_partials`: the merged bounds of one launch.
 """
 
 # The kernel body is Triton's language, which carries no Python types: basic checking only.
@@ -40,23 +40,22 @@ Main declarations
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final
 
 import torch
 import triton
 import triton.language as tl
 
 from witcert_calculus.rounding import logit_margin
-from witcert_calculus.tv_forms import TVBasis
 # the fused decode kernel's own pieces (one formula, one margin analysis)
 from witcert_kernels.triton_decode import _constants  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.triton_decode import _lse_step  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.triton_decode import _meter_step  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.triton_decode import _outward  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.triton_decode import TierMeter
 from witcert_kernels.triton_decode import _tier_a_meter  # pyright: ignore[reportPrivateUsage]
 
-__all__ = ["FIELDS", "MeterBounds", "bounds_from_partials", "empty_partials", "meter_block",
+__all__ = ["FIELDS", "bounds_from_partials", "empty_partials", "meter_block",
            "meter_constants", "meter_exact", "meter_init", "meter_store"]
 
 FIELDS: Final = ("mx0", "a0", "mx1", "a1", "mx2", "a2", "s_abs", "c_max", "c_inf", "w_min",
@@ -173,32 +172,8 @@ def empty_partials(batch: int, heads: int, splits: int, *, device: torch.device
     return out
 
 
-@final
-@dataclass(frozen=True, slots=True, eq=False)
-class MeterBounds:
-    """The meter's bounds of one metered launch, per request and query head (``[B, H]``).
-
-    Attributes:
-        log_a: an upper bound of ``log A`` (``inf``: an infinite ``c``).
-        log_a_minus: a lower bound of ``log A-``.
-        eform: ``TV <= (A^2 - 1) / 2``, rounded outward.
-        two_sided: ``TV <= sinh(log A - log A-)``, rounded outward.
-        meter: the smaller of the two.
-        witness_min: the smallest witness read.
-        basis: what the bounds rest on (as :attr:`witcert_kernels.triton_decode.FusedDecode.basis`).
-    """
-
-    log_a: torch.Tensor
-    log_a_minus: torch.Tensor
-    eform: torch.Tensor
-    two_sided: torch.Tensor
-    meter: torch.Tensor
-    witness_min: torch.Tensor
-    basis: TVBasis
-
-
 def bounds_from_partials(partials: torch.Tensor, query_bands: torch.Tensor,
-                         seq_lens: torch.Tensor, *, scale: float, tokens: int) -> MeterBounds:
+                         seq_lens: torch.Tensor, *, scale: float, tokens: int) -> TierMeter:
     """Merge a launch's split partials ``[B, H, S, 11]`` into the meter's bounds.
 
     Args:
@@ -210,11 +185,10 @@ def bounds_from_partials(partials: torch.Tensor, query_bands: torch.Tensor,
         tokens: an upper bound of every ``seq_lens`` entry (the margin's token count).
 
     Returns:
-        The :class:`MeterBounds`.
+        The launch's :class:`~witcert_kernels.triton_decode.TierMeter` (the fused decode's
+        own type: one certificate type for every kernel).
     """
     bands = int(query_bands.shape[-1])
-    tier, w_min = _tier_a_meter(partials, tokens=tokens, seq_lens=seq_lens,
-                                query_bands=query_bands, scale=float(scale), bands=bands)
-    return MeterBounds(log_a=tier.log_a, log_a_minus=tier.log_a_minus, eform=tier.eform,
-                       two_sided=tier.two_sided, meter=tier.meter, witness_min=w_min,
-                       basis=tier.basis)
+    tier, _ = _tier_a_meter(partials, tokens=tokens, seq_lens=seq_lens,
+                            query_bands=query_bands, scale=float(scale), bands=bands)
+    return tier
