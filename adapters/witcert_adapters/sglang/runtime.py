@@ -309,27 +309,45 @@ def stage1_args(q: torch.Tensor, k_buffer: torch.Tensor, att_lse: torch.Tensor,
                                   f"logit_cap={logit_cap}, xai_temperature_len="
                                   f"{xai_temperature_len}, score_mod={score_mod!r}, "
                                   f"k_buffer {tuple(k_buffer.shape)}")
-    if q.dtype != k_buffer.dtype:  # the grouped kernel rounds q to the keys' dtype first
-        raise EngineMismatchError("the decode query", f"the keys' dtype {k_buffer.dtype} (the "
-                                  "witnesses do not cover a rounding of the query)", str(q.dtype))
-    witness = rec.witness_of(k_buffer)
-    if witness is None:
-        rec.unwitnessed_reads += 1
+    found = _witnessed(rec, q, k_buffer, "the decode query")  # the grouped kernel rounds q
+    if found is None:
         return {}
-    entry = rec.layers[k_buffer.data_ptr()]
+    witness, entry, qb = found
     bsz, heads = int(q.shape[0]), int(q.shape[1])
     splits = int(att_lse.shape[-1])
-    nb = rec.config.bands
-    qb = band_norms(q.to(torch.float64), bands=nb, layout=rec.config.layout).contiguous()
     partials = empty_partials(bsz, heads, splits, device=q.device)
     seq_lens = kv_indptr[1:bsz + 1] - kv_indptr[:bsz]
     rec.launches.append(Launch(entry.layer, partials, qb, seq_lens, float(scale),
                                int(witness.shape[0])))
+    return _kernel_args(rec, witness, qb, partials, scale, wit_max_splits=splits)
+
+
+def _witnessed(rec: Recorder, q: torch.Tensor, k_buffer: torch.Tensor, what: str
+               ) -> tuple[torch.Tensor, _LayerWitness, torch.Tensor] | None:
+    # The layer's witness buffer, its entry and the query's band norms for one launch
+    # (None: keys the pool never witnessed, counted as an unwitnessed read). The kernels round
+    # q to the keys' dtype before the dot product, a rounding the witnesses do not cover.
+    if q.dtype != k_buffer.dtype:
+        raise EngineMismatchError(what, f"the keys' dtype {k_buffer.dtype} (the witnesses do "
+                                  "not cover a rounding of the query)", str(q.dtype))
+    witness = rec.witness_of(k_buffer)
+    if witness is None:
+        rec.unwitnessed_reads += 1
+        return None
+    qb = band_norms(q.to(torch.float64), bands=rec.config.bands,
+                    layout=rec.config.layout).contiguous()
+    return witness, rec.layers[k_buffer.data_ptr()], qb
+
+
+def _kernel_args(rec: Recorder, witness: torch.Tensor, qb: torch.Tensor, partials: torch.Tensor,
+                 scale: float, **extra: int) -> dict[str, Any]:
+    # The meter's keyword arguments of a patched launch (the injected parameters' names).
+    nb = rec.config.bands
     return {"Wit": witness, "WitQn": qb, "WitOut": partials,
             "wit_stride_bs": witness.stride(0), "wit_stride_h": witness.stride(1),
-            "wit_nb": nb, "wit_q_heads": heads, "wit_max_splits": splits,
-            "WitC": meter_constants(float(scale), nb, device=q.device), "WIT_NB": pow2(nb),
-            "WIT_METER": True}
+            "wit_nb": nb, "wit_q_heads": int(qb.shape[1]),
+            "WitC": meter_constants(float(scale), nb, device=qb.device), "WIT_NB": pow2(nb),
+            "WIT_METER": True, **extra}
 
 
 def refuse_unmetered(kernel: str) -> None:
@@ -388,14 +406,10 @@ def extend_args(q: torch.Tensor, k_extend: torch.Tensor, k_buffer: torch.Tensor,
             f"sinks={'set' if sinks is not None else None}, k_scale={k_scale!r}, "
             f"skip_prefix={skip_prefix}, skip_extend={skip_extend}, page_size={page_size}, "
             f"use_exp2={use_exp2}, k_buffer {tuple(k_buffer.shape)}")
-    if q.dtype != k_buffer.dtype:  # the prefix loop rounds q to the keys' dtype first
-        raise EngineMismatchError("the extend query", f"the keys' dtype {k_buffer.dtype} (the "
-                                  "witnesses do not cover a rounding of the query)", str(q.dtype))
-    witness = rec.witness_of(k_buffer)
-    if witness is None:
-        rec.unwitnessed_reads += 1
+    found = _witnessed(rec, q, k_buffer, "the extend query")  # the prefix loop rounds q
+    if found is None:
         return {}
-    entry = rec.layers[k_buffer.data_ptr()]
+    witness, entry, qb = found
     last = entry.last
     if last is None or last.shape != k_extend.shape or not torch.equal(last, k_extend):
         raise EngineMismatchError("the extend chunk's keys", "the keys the layer's latest pool "
@@ -403,14 +417,8 @@ def extend_args(q: torch.Tensor, k_extend: torch.Tensor, k_buffer: torch.Tensor,
                                   f"keys {tuple(k_extend.shape)} that layer {entry.layer} "
                                   "did not last store (possibly the pool's compressed copies)")
     tokens, heads = int(q.shape[0]), int(q.shape[1])
-    nb = rec.config.bands
-    qb = band_norms(q.to(torch.float64), bands=nb, layout=rec.config.layout).contiguous()
     partials = empty_partials(tokens, heads, 1, device=q.device)
     rec.launches.append(ExtendLaunch(entry.layer, partials, qb, qo_indptr.detach().cpu(),
                                      kv_indptr.detach().cpu(), bool(is_causal), float(scale),
                                      int(witness.shape[0]) + tokens))
-    return {"Wit": witness, "WitQn": qb, "WitOut": partials,
-            "wit_stride_bs": witness.stride(0), "wit_stride_h": witness.stride(1),
-            "wit_nb": nb, "wit_q_heads": heads,
-            "WitC": meter_constants(float(scale), nb, device=q.device), "WIT_NB": pow2(nb),
-            "WIT_METER": True}
+    return _kernel_args(rec, witness, qb, partials, scale)
