@@ -205,10 +205,9 @@ def bench_graph(ctx: int, *, batch: int, heads: int, kv_heads: int, d: int, spli
     return {**times, "count": float(int(counter[0])), "expected": float(replays + 1)}
 
 
-def bench_store_check(tokens: int, *, kv_heads: int, d: int, bands: int,
-                      dev: torch.device) -> bool:
-    """The dry run's store check: the pool reads back within half a scale of the keys on the
-    kept channels, and the witnesses are at least the residuals' band norms."""
+def _store_case(tokens: int, *, kv_heads: int, d: int, dev: torch.device
+                ) -> tuple[torch.Tensor, torch.Tensor, DitherPool, torch.Tensor]:
+    """Seeded keys, their outlier channels, an empty pool and scattered slots for them."""
     g = torch.Generator(device="cpu").manual_seed(tokens)
     x = torch.randn(tokens, kv_heads, d, generator=g).to(dev)
     pairs = torch.arange(4).repeat(kv_heads, 1)
@@ -216,6 +215,14 @@ def bench_store_check(tokens: int, *, kv_heads: int, d: int, bands: int,
     pool = DitherPool.empty(slots=tokens, kv_heads=kv_heads, head_dim=d, block_size=32,
                             exact=exact, seed=1, layer=0, device=dev)
     slot = torch.randperm(tokens, generator=g).to(dev)
+    return x, exact, pool, slot
+
+
+def bench_store_check(tokens: int, *, kv_heads: int, d: int, bands: int,
+                      dev: torch.device) -> bool:
+    """The dry run's store check: the pool reads back within half a scale of the keys on the
+    kept channels, and the witnesses are at least the residuals' band norms."""
+    x, exact, pool, slot = _store_case(tokens, kv_heads=kv_heads, d=d, dev=dev)
     dither_store(pool, x, slot)
     back = dither_read(pool, slot, dtype=torch.float64)
     s = pool.scales[slot].double().repeat_interleave(32, dim=-1)
@@ -227,13 +234,7 @@ def bench_store_check(tokens: int, *, kv_heads: int, d: int, bands: int,
 
 def bench_store(tokens: int, *, kv_heads: int, d: int, bands: int, iters: int,
                 dev: torch.device) -> dict[str, float]:
-    g = torch.Generator(device="cpu").manual_seed(tokens)
-    x = torch.randn(tokens, kv_heads, d, generator=g).to(dev)
-    pairs = torch.arange(4).repeat(kv_heads, 1)
-    exact = exact_channels(pairs, head_dim=d, layout=LAYOUT).to(dev)
-    pool = DitherPool.empty(slots=tokens, kv_heads=kv_heads, head_dim=d, block_size=32,
-                            exact=exact, seed=1, layer=0, device=dev)
-    slot = torch.randperm(tokens, generator=g).to(dev)
+    x, _, pool, slot = _store_case(tokens, kv_heads=kv_heads, d=d, dev=dev)
     plain = torch.empty((tokens, kv_heads, d), dtype=torch.float16, device=dev)
     return _side_by_side({
         "copy fp16": lambda: plain.index_copy_(0, slot, x.half()),
