@@ -15,6 +15,7 @@ public import WitCert.Dither
 public import WitCert.Output
 public import WitCert.Sharp
 public import WitCert.Witness
+public import WitCert.Formats
 public import WitCert.Laws
 public import WitCert.Sampling
 public import WitCert.Semantic

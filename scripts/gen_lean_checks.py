@@ -20,6 +20,12 @@ the Lean definitions that the statements use (``WitCert.Analytic.sharpOscArg``,
 ``twoSidedCore`` in ``WitCert/Sharp.lean``, each tied there to its theorem by an ``example``).
 The telescoping checks evaluate ``WitCert.Ledger.telescopeDelta`` and ``WitCert.Ledger.spent``.
 
+The fp8 format witnesses are checked exhaustively: ``formats.code_value``,
+``code_step`` and ``witness_exact`` (with the module's ``ETA`` and ``EPS``) for every code
+``0..255`` of both formats, both roundings and two dyadic scales, each whole 256-entry list
+against ``WitCert.Formats.codeValue``, ``codeStep`` and ``witness`` (``WitCert/Formats.lean``,
+tied there to ``format_residual_le``).
+
 Usage::
 
     python scripts/gen_lean_checks.py          # rewrite the generated file
@@ -65,6 +71,15 @@ from witcert_calculus.bridges import (
 from witcert_calculus.budget import telescoping_delta, telescoping_spent
 from witcert_calculus.contracts import Contract
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.formats import (
+    EPS,
+    ETA,
+    Fp8Format,
+    Rounding,
+    code_step,
+    code_value,
+    witness_exact,
+)
 from witcert_calculus.tiers import Measurement, Proof, Restricted, Tier, decide_tier, weakest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,6 +107,7 @@ public import WitCert.Bridges
 public import WitCert.Ledger
 public import WitCert.Sharp
 public import WitCert.Meters
+public import WitCert.Formats
 
 /-!
 # Python values confirmed by the Lean kernel (generated)
@@ -109,7 +125,10 @@ coefficients of the softmax-to-TV bridges and the algebraic cores of the e-form 
 meters, read from Python's code path run on rational stand-ins for the exponentials, against
 the definitions of `WitCert/Sharp.lean` (`Analytic.sharpOscArg`, `Analytic.sharpLinfArg`,
 `Analytic.eformArg`, `Analytic.eformBridgeCore`, `Analytic.affineSlopeArg`,
-`Analytic.eformCore`, `Analytic.twoSidedCore`), each tied there to its theorem.
+`Analytic.eformCore`, `Analytic.twoSidedCore`), each tied there to its theorem; and the fp8
+format witnesses, every code of both formats, both roundings and two scales
+(`Formats.codeValue`, `Formats.codeStep`, `Formats.witness`, tied in `WitCert/Formats.lean` to
+`Formats.format_residual_le`).
 -/
 
 namespace WitCert.GeneratedChecks
@@ -538,6 +557,75 @@ def meter_checks() -> list[str]:
     return out
 
 
+# ------------------------------------------------------------------ the fp8 format witnesses
+
+FORMATS = {Fp8Format.E4M3: "Formats.e4m3", Fp8Format.E5M2: "Formats.e5m2"}
+ROUNDINGS = {Rounding.TRUNCATE: "false", Rounding.NEAREST: "true"}
+FORMAT_SCALES = (Fraction(1), Fraction(3, 16))
+
+DYADIC = '''\
+/-- The dyadic rational `n / 2^k`: the format checks write Python's exact values with it. -/
+def dy (n : Int) (k : Nat) : Rat := (n : Rat) / ((2 ^ k : Nat) : Rat)
+
+/-- `formats.ETA`, the relative slack of the writer's float32 arithmetic. -/
+def formatEta : Rat := {eta}
+
+/-- `formats.EPS`, the absolute slack of a float32 product that underflows. -/
+def formatEps : Rat := {eps}
+'''
+
+
+def dyadic(x: Fraction) -> str:
+    """``dy n k`` for a dyadic rational ``n / 2^k`` (fails generation for any other)."""
+    den = x.denominator
+    k = den.bit_length() - 1
+    if den != 1 << k:
+        raise SystemExit(f"format checks: {x} is not dyadic")
+    n = str(x.numerator) if x.numerator >= 0 else f"({x.numerator})"
+    return f"dy {n} {k}"
+
+
+def _list_example(lhs: str, items: list[str]) -> str:
+    """``example : lhs = [items] := by decide +kernel``, the list packed within 100 columns."""
+    lines: list[str] = []
+    line = "      ["
+    for i, item in enumerate(items):
+        piece = item + ("] := by" if i == len(items) - 1 else ",")
+        if len(line) + len(piece) > 100 and line.strip() != "[":
+            lines.append(line.rstrip())
+            line = "       "
+        line += piece + " "
+    lines.append(line.rstrip())
+    return f"example :\n    {lhs} =\n" + "\n".join(lines) + "\n  decide +kernel\n"
+
+
+def format_checks() -> list[str]:
+    """Every code ``0..255``: its value and step per format, and its witness per format,
+    rounding and scale, from ``formats``'s own functions, as whole-list equalities."""
+    out: list[str] = [DYADIC.format(eta=dyadic(ETA), eps=dyadic(EPS))]
+    codes = range(256)
+    for fmt, lean in FORMATS.items():
+        out.append(f"-- `{fmt.value}`: mantissa bits, bias and clamping code of "
+                   "`formats.Fp8Format`.\n"
+                   + _example(f"{lean}.mantissaBits = {fmt.mantissa_bits}"))
+        out.append(_example(f"{lean}.bias = {fmt.bias}"))
+        out.append(_example(f"{lean}.maxCode = {fmt.max_code}"))
+        out.append(_list_example(f"(List.range 256).map (Formats.codeValue {lean})",
+                                 [dyadic(code_value(c, fmt)) for c in codes]))
+        out.append(_list_example(f"(List.range 256).map (Formats.codeStep {lean})",
+                                 [dyadic(code_step(c, fmt)) for c in codes]))
+        for rounding, half in ROUNDINGS.items():
+            for scale in FORMAT_SCALES:
+                ws = [witness_exact(c, fmt, rounding, scale) for c in codes]
+                lhs = (f"(List.range 256).map\n      (Formats.witness {lean} {half} "
+                       f"({dyadic(scale)}) formatEta formatEps)")
+                items = ["none" if w is None else f"some ({dyadic(w)})" for w in ws]
+                out.append(f"-- `witness_exact(code, {fmt.name}, {rounding.name}, "
+                           f"Fraction({scale}))` for code = 0..255 (`none`: saturated).\n"
+                           + _list_example(lhs, items))
+    return out
+
+
 def generate() -> str:
     """The complete generated file, deterministic for the fixed seed."""
     rng = random.Random(SEED)
@@ -551,6 +639,7 @@ def generate() -> str:
         ("Rank-prefix selection", selection_checks(rng, 6)),
         ("Softmax-to-TV bridges: transfer coefficients", bridge_checks()),
         ("Meters: the e-form and two-sided cores", meter_checks()),
+        ("Formats: fp8 witnesses", format_checks()),
     ]
     for title, items in sections:
         blocks.append(f"/-! ### {title} -/\n")

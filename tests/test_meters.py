@@ -40,7 +40,8 @@ from witcert_calculus.witness import CALLER_LOGIT_BOUND, LogitBound, RopeLayout,
 
 FORMS = (tv_eform, tv_two_sided, tv_retention, tv_meter)
 
-PUBLIC_NAMES = ("band_witness", "logit_bound", "tv_eform", "tv_two_sided", "tv_meter",
+PUBLIC_NAMES = ("band_witness", "logit_bound", "format_witness", "format_logit_bound",
+                "tighter", "tv_eform", "tv_two_sided", "tv_meter",
                 "tv_tanh_max", "output_error_bound", "page_in_order", "dither_quantize",
                 "dither_dequantize", "subgaussian_radius", "delta_local", "sentinel_rounds",
                 "rate_upper_bound")
@@ -107,7 +108,9 @@ AGREED_LEAN_NAMES = {
     "WitCert.Meters.sentinel_rounds_sound", "WitCert.Meters.rate_upper_bound_sound",
     "WitCert.Analytic.softmax_tv_tanh_sound", "WitCert.Analytic.one_sub_pow_le_exp",
     "WitCert.Dither.grid_mgf_le", "WitCert.Dither.dither_logit_tail",
-    "WitCert.Dither.signAvg_union_le",
+    "WitCert.Dither.signAvg_union_le", "WitCert.Formats.box_logit_bound_sound",
+    "WitCert.Formats.format_residual_le", "WitCert.Formats.trunc_residual_le",
+    "WitCert.Formats.min_bound_sound", "WitCert.Formats.nearest_residual_le",
 }
 
 

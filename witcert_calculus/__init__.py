@@ -18,7 +18,8 @@ Main declarations (see each module for more):
 - ledger: :class:`RiskLedger`, with :class:`Probability` and :func:`telescoping_delta` (budget),
   :class:`Verdict` (records), :class:`SlotTable` (slots), :class:`EProcess` (eprocess)
 - meters (:mod:`witcert_calculus.meters` says which module holds each):
-  :func:`band_witness`, :func:`logit_bound`, :func:`tv_meter`, :func:`tv_eform`, ...
+  :func:`band_witness`, :func:`logit_bound`, :func:`format_logit_bound`, :func:`tv_meter`,
+  :func:`tv_eform`, ...
 
 Heavy modules (bridges, ledger and meters, which need numpy) load on first use, so that
 ``import witcert_calculus`` stays fast.
@@ -207,6 +208,13 @@ if TYPE_CHECKING:
         SlotState,
         SlotTable,
     )
+    from witcert_calculus.formats import (
+        Fp8Format,
+        Rounding,
+        format_logit_bound,
+        format_witness,
+        witness_table,
+    )
     from witcert_calculus.witness import (
         band_channels,
         band_norms,
@@ -217,6 +225,7 @@ if TYPE_CHECKING:
         logit_linf_reading,
         LogitBound,
         RopeLayout,
+        tighter,
     )
 
 #: Where each lazily loaded public name is implemented (loaded on first use, PEP 562).
@@ -310,6 +319,12 @@ _LAZY: dict[str, str] = {
     "tv_tanh_max": "witcert_calculus.tv_forms",
     "tv_two_sided": "witcert_calculus.tv_forms",
     "witness_contract": "witcert_calculus.bridges",
+    "Fp8Format": "witcert_calculus.formats",
+    "Rounding": "witcert_calculus.formats",
+    "format_logit_bound": "witcert_calculus.formats",
+    "format_witness": "witcert_calculus.formats",
+    "witness_table": "witcert_calculus.formats",
+    "tighter": "witcert_calculus.witness",
 }
 
 
@@ -356,6 +371,7 @@ __all__ = [
     "EventKind",
     "Evidence",
     "ForgedBoundError",
+    "Fp8Format",
     "GateForm",
     "InjectionError",
     "InvalidValueError",
@@ -395,6 +411,7 @@ __all__ = [
     "ReusedRequestIdError",
     "RiskLedger",
     "RopeLayout",
+    "Rounding",
     "SelectorMass",
     "Site",
     "SlotOwnershipError",
@@ -439,6 +456,8 @@ __all__ = [
     "dither_quantize",
     "dither_variance_proxy",
     "empirical_ratio_bridge",
+    "format_logit_bound",
+    "format_witness",
     "gate_bound",
     "gate_form",
     "gate_threshold",
@@ -473,6 +492,7 @@ __all__ = [
     "telescoping_spent",
     "tier_b_certificate",
     "tier_b_logit_bound",
+    "tighter",
     "tradeoff_curve",
     "tv_bounds_batch",
     "tv_eform",
@@ -482,4 +502,5 @@ __all__ = [
     "tv_two_sided",
     "weakest",
     "witness_contract",
+    "witness_table",
 ]

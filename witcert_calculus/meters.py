@@ -5,6 +5,10 @@ reached from the package face (``from witcert_calculus import tv_meter``):
 
 - :mod:`witcert_calculus.witness`: band witnesses of key residuals and the per-token
   logit bound ``c_t >= |eps_t|`` (Tier A, deterministic), an established ``LogitBound``.
+- :mod:`witcert_calculus.formats`: the residual bound each stored fp8 code carries by
+  itself under a known writer (no stored byte), and the box logit bound from it; a second
+  Tier-A ``LogitBound``, combined with the band bound token by token
+  (:func:`~witcert_calculus.witness.tighter`).
 - :mod:`witcert_calculus.tv_forms`: the TV forms (e-form, two-sided, retention, the
   meter, ``tanh(max c)``) from per-token logit bounds: CERTIFIED from a ``LogitBound``,
   PARTIALLY_CERTIFIED from the caller's own array (an assumption).
@@ -30,9 +34,13 @@ from __future__ import annotations
 from typing import Final
 
 from witcert_calculus.theorems import (
+    BOX_LOGIT_BOUND_SOUND,
     DITHER_LOGIT_TAIL,
+    FORMAT_RESIDUAL_LE,
     GRID_MGF_LE,
     LOGIT_BOUND_SOUND,
+    MIN_BOUND_SOUND,
+    NEAREST_RESIDUAL_LE,
     ONE_SUB_POW_LE_EXP,
     OUTPUT_ERROR_BOUND_VECTOR_SOUND,
     PAGE_IN_DECREASE,
@@ -42,6 +50,7 @@ from witcert_calculus.theorems import (
     SOFTMAX_TV_TANH_SOUND,
     TV_EFORM_SOUND,
     TV_RETENTION_SOUND,
+    TRUNC_RESIDUAL_LE,
     TV_TWO_SIDED_SOUND,
 )
 
@@ -50,6 +59,9 @@ __all__ = ["THEOREMS"]
 #: The Lean theorems behind each public meter function (checked against the Lean export).
 THEOREMS: Final[dict[str, tuple[str, ...]]] = {
     "logit_bound": (LOGIT_BOUND_SOUND,),
+    "format_witness": (TRUNC_RESIDUAL_LE, NEAREST_RESIDUAL_LE, FORMAT_RESIDUAL_LE),
+    "format_logit_bound": (BOX_LOGIT_BOUND_SOUND,),
+    "tighter": (MIN_BOUND_SOUND,),
     "tv_eform": (TV_EFORM_SOUND,),
     "tv_two_sided": (TV_TWO_SIDED_SOUND,),
     "tv_retention": (TV_RETENTION_SOUND,),

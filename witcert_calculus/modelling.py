@@ -17,7 +17,7 @@ Each step between the two is stated once here, with how it is discharged:
   ("Modelling assumptions outside Lean"), and they do not change the tier.
 
 Main declarations: :class:`Discharge`, :class:`ModellingStep`, the steps (:data:`FLOAT_ROUNDING`,
-:data:`SQRT_ROUNDING`, :data:`HIGH_PRECISION`, :data:`SOFTMAX_AS_COMPUTED`,
+:data:`SQRT_ROUNDING`, :data:`HIGH_PRECISION`, :data:`SOFTMAX_AS_COMPUTED`, :data:`FORMAT_WRITER`,
 :data:`ZERO_MASS_TOKENS`, :data:`SENTINEL_DRAWS`, :data:`SENTINEL_GENERATOR`), :data:`STEPS`,
 :func:`steps_for`, :func:`modelling_of`.
 """
@@ -31,7 +31,10 @@ from typing import Final, final
 
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.theorems import (
+    BOX_LOGIT_BOUND_SOUND,
     DITHER_LOGIT_TAIL,
+    FORMAT_RESIDUAL_LE,
+    NEAREST_RESIDUAL_LE,
     OUTPUT_ERROR_BOUND_VECTOR_SOUND,
     POOLING_L2_CALIBER,
     RATE_UPPER_BOUND_SOUND,
@@ -41,6 +44,7 @@ from witcert_calculus.theorems import (
     SOFTMAX_TV_AFFINE_SOUND,
     SOFTMAX_TV_EFORM_SOUND,
     SOFTMAX_TV_TANH_SOUND,
+    TRUNC_RESIDUAL_LE,
     TV_EFORM_SOUND,
     TV_RETENTION_SOUND,
     TV_SINGLE_TOKEN,
@@ -53,6 +57,7 @@ from witcert_calculus.validation import nonempty_text
 
 __all__ = [
     "FLOAT_ROUNDING",
+    "FORMAT_WRITER",
     "HIGH_PRECISION",
     "SENTINEL_DRAWS",
     "SENTINEL_GENERATOR",
@@ -148,6 +153,17 @@ ZERO_MASS_TOKENS: Final = ModellingStep(
     Discharge.ASSUMED,
     "the code cannot tell a masked token from an underflowed weight")
 
+FORMAT_WRITER: Final = ModellingStep(
+    "format-writer",
+    "each stored fp8 code was written from the true element by the writer the format witness "
+    "names: v = fl32(x * fl32(1/s)) (or fl32(x / s)), clamped, rounded onto the grid as its "
+    "Rounding says, and read back as value(code) * fl32(s)",
+    Discharge.CHECKED,
+    "vLLM's plugin compares every byte the engine stores with the writer model's byte on every "
+    "write (witcert_adapters.vllm_plugin.quantizer.check_bytes; refused at start-up, failed "
+    "closed later); tests/adapters/engine/fp8_checks.py measures the model on the installed "
+    "engine over every bfloat16 value; a direct caller of format_witness states its writer")
+
 SENTINEL_DRAWS: Final = ModellingStep(
     "sentinel-draws",
     "a round of r draws with replacement from M slots, B of them corrupted, misses every "
@@ -169,6 +185,10 @@ STEPS: Final[Mapping[str, tuple[ModellingStep, ...]]] = {
     SCORE_BRIDGE_SOUND: (SQRT_ROUNDING, FLOAT_ROUNDING),
     POOLING_L2_CALIBER: (SQRT_ROUNDING, FLOAT_ROUNDING),
     LOGIT_BOUND_SOUND: (SQRT_ROUNDING, FLOAT_ROUNDING),
+    BOX_LOGIT_BOUND_SOUND: (FORMAT_WRITER, FLOAT_ROUNDING),
+    FORMAT_RESIDUAL_LE: (FORMAT_WRITER, FLOAT_ROUNDING),
+    TRUNC_RESIDUAL_LE: (FORMAT_WRITER,),
+    NEAREST_RESIDUAL_LE: (FORMAT_WRITER,),
     SOFTMAX_TV_EFORM_SOUND: (HIGH_PRECISION,),
     SOFTMAX_TV_AFFINE_SOUND: (HIGH_PRECISION,),
     SOFTMAX_TV_TANH_SOUND: (HIGH_PRECISION, FLOAT_ROUNDING),

@@ -36,15 +36,19 @@ from witcert_calculus.errors import TheoremExportError, UnknownTheoremError
 
 __all__ = [
     "ADD_SOUND",
+    "BOX_LOGIT_BOUND_SOUND",
     "BUILTIN_ORIGIN",
     "COMP_SOUND",
     "DECIDE_SATURATED_NE_CERTIFIED",
     "DITHER_LOGIT_TAIL",
     "ENTRY_FALLBACK_SOUND",
+    "FORMAT_RESIDUAL_LE",
     "GRID_MGF_LE",
     "ID_SOUND",
     "LE_WEAKEST",
     "LOGIT_BOUND_SOUND",
+    "MIN_BOUND_SOUND",
+    "NEAREST_RESIDUAL_LE",
     "ONE_SUB_POW_LE_EXP",
     "OUTPUT_ERROR_BOUND_VECTOR_SOUND",
     "PAGE_IN_DECREASE",
@@ -63,6 +67,7 @@ __all__ = [
     "SOFTMAX_TV_TANH_SOUND",
     "TELESCOPE_PARTIAL_LT",
     "TELESCOPE_SUM_EQ",
+    "TRUNC_RESIDUAL_LE",
     "TV_EFORM_SOUND",
     "TV_RETENTION_SOUND",
     "TV_SINGLE_TOKEN",
@@ -110,6 +115,14 @@ ID_SOUND: Final = "WitCert.Contract.id_sound"
 DITHER_LOGIT_TAIL: Final = "WitCert.Dither.dither_logit_tail"
 GRID_MGF_LE: Final = "WitCert.Dither.grid_mgf_le"
 SIGNAVG_UNION_LE: Final = "WitCert.Dither.signAvg_union_le"
+
+# ----------------------------------------------------------------------------- Formats
+
+BOX_LOGIT_BOUND_SOUND: Final = "WitCert.Formats.box_logit_bound_sound"
+FORMAT_RESIDUAL_LE: Final = "WitCert.Formats.format_residual_le"
+MIN_BOUND_SOUND: Final = "WitCert.Formats.min_bound_sound"
+NEAREST_RESIDUAL_LE: Final = "WitCert.Formats.nearest_residual_le"
+TRUNC_RESIDUAL_LE: Final = "WitCert.Formats.trunc_residual_le"
 
 # ----------------------------------------------------------------------------- Ledger
 

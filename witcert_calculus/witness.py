@@ -57,7 +57,7 @@ from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
 from witcert_calculus.metrics import AtConsume, LogitLinf
 from witcert_calculus.rounding import TINY, add_up, band_norm_margin, logit_margin, outward
-from witcert_calculus.theorems import ADD_SOUND, LOGIT_BOUND_SOUND
+from witcert_calculus.theorems import ADD_SOUND, LOGIT_BOUND_SOUND, MIN_BOUND_SOUND
 from witcert_calculus.tiers import (
     Assumption,
     Composition,
@@ -82,14 +82,17 @@ __all__ = [
     "is_established",
     "logit_bound",
     "logit_linf_reading",
+    "tighter",
 ]
 
 LOGIT_BOUND_THEOREM: Final = LOGIT_BOUND_SOUND
 
 #: The functions that establish a :class:`LogitBound` (the only ones that produce one).
 ESTABLISHERS: Final = ("witcert_calculus.witness.logit_bound",
+                       "witcert_calculus.formats.format_logit_bound",
                        "witcert_calculus.dither.tier_b_logit_bound",
                        "witcert_kernels.meter.logit_bound",
+                       "witcert_kernels.meter.format_logit_bound",
                        "witcert_kernels.dither.tier_b_logit_bound")
 
 #: The premise ``c_t >= |eps_t|`` of a caller's own array of bounds, which no code checks.
@@ -238,6 +241,51 @@ def is_established(c: object) -> bool:
         return False
     # a slot left unset (an object built around the constructor) reads as the default
     return getattr(subject, "_seal", None) is _SEAL
+
+
+def tighter(a: LogitBound[ArrayT], b: LogitBound[ArrayT]) -> LogitBound[ArrayT]:
+    """The token-wise smaller of two established bounds of the same logit errors, established.
+
+    Both ``a_t >= |eps_t|`` and ``b_t >= |eps_t|``, so ``min(a_t, b_t) >= |eps_t|`` (Lean
+    ``WitCert.Formats.min_bound_sound``); the minimum is exact (no rounding), the failure
+    probabilities add (both events must hold), and both evidences are kept.
+
+    Args:
+        a, b: established bounds of the same tokens (equal shapes, held alike: numpy with
+            numpy, torch with torch).
+
+    Raises:
+        ForgedBoundError: either one was not established.
+        InvalidValueError: shapes or holders that differ, or failure probabilities that add
+            up to 1.
+
+    Example:
+        >>> c1 = logit_bound(np.array([2.0, 0.0]), np.array([[0.5], [0.1]]),
+        ...                  layout=RopeLayout.INTERLEAVED, scale=0.5)
+        >>> c2 = logit_bound(np.array([2.0, 0.0]), np.array([[0.1], [0.5]]),
+        ...                  layout=RopeLayout.INTERLEAVED, scale=0.5)
+        >>> [round(float(v), 6) for v in tighter(c1, c2).values]
+        [0.1, 0.1]
+    """
+    if not (is_established(a) and is_established(b)):
+        raise ForgedBoundError("LogitBound", ESTABLISHERS)
+    av: Any = a.values
+    bv: Any = b.values
+    if type(av) is not type(bv):
+        raise InvalidValueError("c", f"bounds held as {type(av).__name__} and "
+                                f"{type(bv).__name__}",
+                                "must be held alike (numpy with numpy, torch with torch)")
+    if tuple(av.shape) != tuple(bv.shape):
+        raise InvalidValueError("c", f"bounds of shapes {tuple(av.shape)} and "
+                                f"{tuple(bv.shape)}", "must bound the same tokens")
+    delta = a.delta + b.delta
+    if delta >= 1:
+        raise InvalidValueError("delta", delta, "the union bound of the two parts reaches 1")
+    # numpy arrays: np.minimum (read-only copy); torch tensors: their own minimum
+    low: Any = _read_only(np.minimum(av, bv)) if isinstance(av, np.ndarray) else av.minimum(bv)
+    return _establish(low, evidence=Composition((a.evidence, b.evidence), theorem=MIN_BOUND_SOUND),
+                      delta=delta, source=f"min({a.source}, {b.source})", add=a._add,
+                      checks=a.checks + b.checks)
 
 
 def _establish(values: ArrayT, *, evidence: Evidence, delta: Fraction, source: str,

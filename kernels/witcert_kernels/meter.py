@@ -32,6 +32,9 @@ Main declarations
   norms of queries).
 - :func:`logit_bound`: ``c_t = scale * sum_b ||q_b|| * w_{t,b}`` (Cauchy-Schwarz per band),
   an established :class:`~witcert_calculus.witness.LogitBound` holding a tensor.
+- :func:`format_logit_bound`: ``c_t = scale * sum_c |q_c| * w_{t,c}`` from per-channel format
+  witnesses (the box bound), an established :class:`~witcert_calculus.witness.LogitBound`;
+  :func:`format_witness`: those witnesses from stored fp8 codes.
 - :func:`tv_bounds_batch`: every TV form as a :class:`witcert_calculus.tv_forms.TVBatch`,
   with the :class:`~witcert_calculus.tv_forms.TVBasis` its readings' evidence comes from;
   :func:`tv_tanh_max_batch`: the cheap form ``tanh(max c)`` alone (no attention weights).
@@ -44,6 +47,7 @@ Main declarations
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from functools import lru_cache
 from typing import overload
@@ -52,6 +56,8 @@ import numpy as np
 import torch
 
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
+from witcert_calculus.formats import BOX_PREMISE, Fp8Format, Rounding, box_evidence, \
+    witness_table
 from witcert_calculus.rounding import TINY, band_norm_margin, dot_margin, logit_margin, \
     sum_margin, tanh_margin, tv_margin
 from witcert_calculus.theorems import TV_SINGLE_TOKEN
@@ -69,6 +75,8 @@ from witcert_calculus.witness import _tier_a_evidence  # pyright: ignore[reportP
 
 __all__ = [
     "band_norms",
+    "format_logit_bound",
+    "format_witness",
     "l2_norm",
     "l2_norm_upper",
     "logit_bound",
@@ -289,6 +297,89 @@ def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
     return _establish(values, evidence=evidence, delta=Fraction(0),
                       source="witcert_kernels.meter.logit_bound", add=_add_bounds,
                       checks=((_WITNESS_PREMISE, (w >= 0).all()),))
+
+
+@lru_cache(maxsize=64)
+def _witness_table(fmt: Fp8Format, rounding: Rounding, scale: float, device: torch.device
+                   ) -> torch.Tensor:
+    # The 256 witnesses of witcert_calculus.formats.witness_table, made once per device.
+    return torch.tensor(np.array(witness_table(fmt, rounding, scale=scale)), dtype=_F64,
+                        device=device)
+
+
+def format_witness(codes: torch.Tensor, *, fmt: Fp8Format, rounding: Rounding,
+                   scale: float) -> torch.Tensor:
+    """Per-channel residual bounds ``w`` of stored fp8 codes (``uint8``), float64.
+
+    The torch twin of :func:`witcert_calculus.formats.format_witness`: the same
+    table (exact witnesses rounded upward, ``inf`` for a code where the writer clamps),
+    looked up per code.
+
+    Raises:
+        InvalidValueError: codes that are not ``uint8``, or a bad scale.
+
+    Example:
+        >>> format_witness(torch.tensor([0x38, 0x7E], dtype=torch.uint8),
+        ...                fmt=Fp8Format.E4M3, rounding=Rounding.TRUNCATE, scale=1.0)[1].item()
+        inf
+    """
+    if codes.dtype != torch.uint8:
+        raise InvalidValueError("codes", f"tensor of {codes.dtype}", "must be uint8 bytes")
+    table = _witness_table(fmt, rounding, float(scale), codes.device)
+    return table[codes.to(torch.int64)]
+
+
+def format_logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float
+                       ) -> LogitBound[torch.Tensor]:
+    """Per-token logit error bounds ``c_t = scale * sum_c |q_c| * w_{t,c}`` of many queries
+    against the same keys, established.
+
+    The torch twin of :func:`witcert_calculus.formats.format_logit_bound` (Lean
+    ``WitCert.Formats.box_logit_bound_sound``), batched as a matrix product: the witness
+    ``[*batch, S, d]`` is met by every query row ``[*batch, *rows, d]`` sharing its batch
+    index (no copy of the witness per row). Rounded outward with the margin of ``d``
+    products (:func:`witcert_calculus.rounding.logit_margin`). An infinite witness saturates
+    its token (``inf``, also against a zero query channel), as in the numpy version. That the
+    witness is ``>= 0`` is computed on the device and read when a reading's evidence is
+    built.
+
+    Args:
+        query: ``[*batch, *rows, d]`` queries in the frame of the stored keys.
+        witness: ``[*batch, S, d]`` per-channel witnesses of the keys' residuals.
+        scale: the attention's softmax scale (positive, finite).
+
+    Returns:
+        A :class:`~witcert_calculus.witness.LogitBound` of ``[*batch, *rows, S]`` float64
+        bounds.
+
+    Raises:
+        InvalidValueError: a bad scale, or shapes that do not meet.
+
+    Example:
+        >>> c = format_logit_bound(torch.tensor([[2.0, -1.0]]),
+        ...                        torch.tensor([[0.5, 0.25]], dtype=torch.float64), scale=0.5)
+        >>> c.values.item() >= 0.625
+        True
+    """
+    sc = real("scale", scale, lo=0.0, lo_open=True)
+    d = int(query.shape[-1])
+    batch = tuple(witness.shape[:-2])
+    rows = tuple(query.shape[len(batch):-1])
+    if int(witness.shape[-1]) != d or tuple(query.shape[:len(batch)]) != batch:
+        raise InvalidValueError("witness", f"tensor of shape {tuple(witness.shape)}",
+                                f"must be [*batch, S, {d}] for queries of shape "
+                                f"{tuple(query.shape)} ([*batch, *rows, {d}])")
+    aq = query.to(_F64).abs().reshape(*batch, math.prod(rows), d)
+    w = witness.to(_F64)
+    raw = torch.matmul(aq, w.transpose(-1, -2)) * sc  # [*batch, rows, S]
+    raw = torch.where(torch.isnan(raw), torch.inf, raw)  # inf * 0 met: saturate the token
+    margin = logit_margin(d, scale=sc)
+    exact = (w == 0).all(dim=-1).unsqueeze(-2) | (aq == 0).all(dim=-1, keepdim=True)
+    values = outward(raw, gamma=margin.gamma, alpha=margin.alpha, exact=exact)
+    evidence = box_evidence(scale=sc, channels=d, witness_ok=None)
+    return _establish(values.reshape(*batch, *rows, int(w.shape[-2])), evidence=evidence,
+                      delta=Fraction(0), source="witcert_kernels.meter.format_logit_bound",
+                      add=_add_bounds, checks=((BOX_PREMISE, (w >= 0).all()),))
 
 
 def _add_bounds(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
