@@ -1,7 +1,7 @@
 """Cost of the live vLLM plugin: time per output token with the plugin on vs off.
 
 Each configuration is one engine process (the switch is read once per process) of
-vLLM's CPU build serving SmolLM2-135M-Instruct in bfloat16 (and with an fp8 KV cache where
+vLLM's CPU build serving SmolLM2-135M-Instruct in bfloat16 and with an fp8 KV cache (where
 the CPU has AVX-512 or AMX, which vLLM's CPU build needs for it). The plugin meters every
 layer and head of every step (full coverage, no audit), in each of its two forms: the
 meter ``min(e-form, two-sided)``, which recomputes the compressed attention from the stored
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from witcert_adapters.demo.models import smollm2_engine_dir
 from witcert_adapters.vllm_plugin.config import PluginConfig
-from witcert_adapters.vllm_plugin.launch import FP8_NOT_METERED, run_offline
+from witcert_adapters.vllm_plugin.launch import fp8_supported, run_offline
 
 PROMPTS = [
     "The capital of France is",
@@ -40,8 +40,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=128)
     args = p.parse_args()
     model = smollm2_engine_dir()
-    dtypes = ["auto"]
-    print(FP8_NOT_METERED)
+    dtypes = ["auto", "fp8"] if fp8_supported() else ["auto"]
     print(f"time per output token, min of {args.repeat}, {args.tokens} tokens per sequence")
     print(f"{'kv cache':10s} {'seqs':>4s} {'off ms':>9s} {'meter ms':>9s} {'tanh ms':>9s} "
           f"{'meter/off':>9s} {'tanh/off':>9s}")

@@ -9,6 +9,13 @@ plugin's demo, shown whole):
 
     .venv/bin/python scripts/render_readme.py --vllm [out/vllm_demo.txt]
 
+The fp8 benchmark's two tables are stored and shown whole the same way:
+
+    .venv/bin/python benchmarks/bench_vllm_fp8.py coverage > out/fp8_coverage.txt
+    .venv/bin/python scripts/render_readme.py --fp8-coverage out/fp8_coverage.txt
+    .venv/bin/python benchmarks/bench_vllm_fp8.py repair > out/fp8_repair.txt
+    .venv/bin/python scripts/render_readme.py --fp8-repair out/fp8_repair.txt
+
 The README shows the first request's report and the measured table exactly as the
 demo printed them; ``tests/test_readme.py`` fails when the README and
 ``docs/demo_report.txt`` disagree, and the slow demo test fails when a fresh run no
@@ -24,8 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STORED = ROOT / "docs" / "demo_report.txt"
 PLATFORM = ROOT / "docs" / "demo_report.platform"
-VLLM_STORED = ROOT / "docs" / "vllm_demo_report.txt"
-VLLM_PLATFORM = ROOT / "docs" / "vllm_demo_report.platform"
+#: Reports shown whole: option -> (stored report, its platform, README marker name).
+WHOLE = {"--vllm": ("vllm_demo_report", "vllm-demo"),
+         "--fp8-coverage": ("vllm_fp8_coverage", "vllm-fp8-coverage"),
+         "--fp8-repair": ("vllm_fp8_repair", "vllm-fp8-repair")}
 NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 
@@ -60,7 +69,6 @@ def skeleton(report: str) -> str:
     text = re.sub(r" +\)", ")", text)
     return "\n".join(" ".join(ln.split()) for ln in text.splitlines()) + "\n"
 BEGIN, END = "<!-- demo-report:begin -->", "<!-- demo-report:end -->"
-VLLM_BEGIN, VLLM_END = "<!-- vllm-demo:begin -->", "<!-- vllm-demo:end -->"
 
 
 def stable(report: str) -> str:
@@ -83,9 +91,14 @@ def readme_block(report: str) -> str:
     return f"{BEGIN}\n```text\n{excerpt(report)}```\n{END}"
 
 
+def whole_block(marker: str, report: str) -> str:
+    """The README block (markers included) of a report shown whole."""
+    return f"<!-- {marker}:begin -->\n```text\n{report}```\n<!-- {marker}:end -->"
+
+
 def vllm_block(report: str) -> str:
     """The README block (markers included) of the live vLLM demo's report, whole."""
-    return f"{VLLM_BEGIN}\n```text\n{report}```\n{VLLM_END}"
+    return whole_block("vllm-demo", report)
 
 
 def _splice(begin: str, end: str, block: str) -> None:
@@ -97,13 +110,15 @@ def _splice(begin: str, end: str, block: str) -> None:
 def main() -> None:
     """Store the report and rewrite the README block."""
     args = sys.argv[1:]
-    if args[:1] == ["--vllm"]:
+    if args[:1] and args[0] in WHOLE:
+        stem, marker = WHOLE[args[0]]
         src = Path(args[1]) if len(args) > 1 else ROOT / "out" / "vllm_demo.txt"
         report = src.read_text()
-        VLLM_STORED.write_text(report)
-        VLLM_PLATFORM.write_text(platform_id())
-        _splice(VLLM_BEGIN, VLLM_END, vllm_block(report))
-        print(f"stored {VLLM_STORED.relative_to(ROOT)} and updated README.md")
+        stored = ROOT / "docs" / f"{stem}.txt"
+        stored.write_text(report)
+        (ROOT / "docs" / f"{stem}.platform").write_text(platform_id())
+        _splice(f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->", whole_block(marker, report))
+        print(f"stored {stored.relative_to(ROOT)} and updated README.md")
         return
     src = Path(args[0]) if args else ROOT / "out" / "demo" / "report.txt"
     report = stable(src.read_text())

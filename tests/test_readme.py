@@ -35,14 +35,25 @@ def test_readme_names_exactly_two_setup_commands() -> None:
     assert "bash scripts/test.sh" in ci
 
 
-@pytest.mark.parametrize(("stored", "block"), [("demo_report.txt", "readme_block"),
-                                                ("vllm_demo_report.txt", "vllm_block")])
-def test_demo_reports_in_readme_are_the_stored_ones(stored: str, block: str) -> None:
+def _render():  # type: ignore[no-untyped-def]
     import importlib.util
     spec = importlib.util.spec_from_file_location(
         "render_readme", README.parent / "scripts" / "render_readme.py")
     assert spec and spec.loader
     render = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(render)
-    text = (README.parent / "docs" / stored).read_text()
-    assert getattr(render, block)(text) in README.read_text()
+    return render
+
+
+def test_demo_report_in_readme_is_the_stored_one() -> None:
+    text = (README.parent / "docs" / "demo_report.txt").read_text()
+    assert _render().readme_block(text) in README.read_text()
+
+
+@pytest.mark.parametrize("option", ["--vllm", "--fp8-coverage", "--fp8-repair"])
+def test_whole_reports_in_readme_are_the_stored_ones(option: str) -> None:
+    render = _render()
+    stem, marker = render.WHOLE[option]
+    text = (README.parent / "docs" / f"{stem}.txt").read_text()
+    assert render.whole_block(marker, text) in README.read_text()
+    assert (README.parent / "docs" / f"{stem}.platform").read_text().strip()

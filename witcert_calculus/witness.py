@@ -282,9 +282,12 @@ def tighter(a: LogitBound[ArrayT], b: LogitBound[ArrayT]) -> LogitBound[ArrayT]:
     if delta >= 1:
         raise InvalidValueError("delta", delta, "the union bound of the two parts reaches 1")
     # numpy arrays: np.minimum (read-only copy); torch tensors: their own minimum
-    low: Any = _read_only(np.minimum(av, bv)) if isinstance(av, np.ndarray) else av.minimum(bv)
+    low: Any = _read_only(np.minimum(np.asarray(av, dtype=np.float64),
+                                     np.asarray(bv, dtype=np.float64))) \
+        if isinstance(av, np.ndarray) else av.minimum(bv)
+    add: Callable[[ArrayT, ArrayT], ArrayT] = a._add  # pyright: ignore[reportPrivateUsage]
     return _establish(low, evidence=Composition((a.evidence, b.evidence), theorem=MIN_BOUND_SOUND),
-                      delta=delta, source=f"min({a.source}, {b.source})", add=a._add,
+                      delta=delta, source=f"min({a.source}, {b.source})", add=add,
                       checks=a.checks + b.checks)
 
 

@@ -24,6 +24,8 @@ from witcert_adapters.vllm_plugin.launch import engine_env, engine_python, fp8_s
     run_offline
 
 pytestmark = pytest.mark.slow
+FP8 = pytest.mark.skipif(not fp8_supported(), reason="vLLM's CPU build serves an fp8 KV cache "
+                         "only on CPUs with AVX-512 or AMX; this CPU has neither")
 
 PROMPTS = [
     "The capital of France is",
@@ -43,7 +45,16 @@ def model() -> Path:
 def runs(model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     store = tmp_path_factory.mktemp("vllm") / "verdicts.sqlite"
     on = PluginConfig(store=store, tau=0.1, audit=True)
+    fp8 = PluginConfig(store=store.with_name("fp8.sqlite"), tau=0.1, audit=True)
+    repair = PluginConfig(store=store.with_name("repair.sqlite"), tau=0.1, audit=True,
+                          repair=True)
+    served = {} if not fp8_supported() else {
+        "fp8": run_offline(fp8, model=model, kv="fp8", prompts=PROMPTS, max_tokens=TOKENS,
+                           extra=CHUNKED),
+        "fp8-repair": run_offline(repair, model=model, kv="fp8", prompts=PROMPTS,
+                                  max_tokens=TOKENS, extra=CHUNKED)}
     return {
+        **served,
         "unpatched": run_offline(None, model=model, kv="auto", prompts=PROMPTS,
                                  max_tokens=TOKENS, plugins=False, extra=CHUNKED),
         "off": run_offline(None, model=model, kv="auto", prompts=PROMPTS, max_tokens=TOKENS,
@@ -71,21 +82,76 @@ def test_off_and_on_are_bit_identical_to_the_unpatched_engine(
     assert "verdicts" not in runs["off"] and "verdicts" not in runs["unpatched"]
 
 
-@pytest.mark.parametrize("mode", ["on", "tanh"])
+@pytest.mark.parametrize("mode", ["on", "tanh", pytest.param("fp8", marks=FP8),
+                                  pytest.param("fp8-repair", marks=FP8)])
 def test_every_served_request_carries_an_audited_verdict(
         runs: dict[str, dict[str, Any]], mode: str) -> None:
     by_external = {v["external"]: v for v in runs[mode]["verdicts"]}
     for r in runs[mode]["requests"]:
         v = by_external[r["request_id"]]
         assert v["form"] == ("tanh" if mode == "tanh" else "meter")
-        assert v["tier"] == "CERTIFIED" and v["failure"] is None and v["spent"] == "0"
+        assert v["kv_cache_dtype"] == ("fp8" if mode.startswith("fp8") else "auto")
+        assert v["witness"] == "format"
+        # bf16 certifies every cell; fp8 saturates some, so the ledger's verdict is partial
+        assert v["tier"] in (("CERTIFIED",) if not mode.startswith("fp8") else
+                             ("CERTIFIED", "PARTIALLY_CERTIFIED"))
+        assert v["failure"] is None and v["spent"] == "0"
         assert v["gate"]["accepted"], v["gate"]
         assert v["cells"] == v["rows"] * 30 * 9 and v["audited"] == v["cells"]
         assert v["violations"] == 0
         assert 0.0 <= v["worst"]["meter"] <= 1.0
+        assert (v["repair"] is not None) == (mode == "fp8-repair")
     long = by_external[runs[mode]["requests"][1]["request_id"]]
     assert long["prefill_steps"] > 1  # its prompt was prefilled in chunks
     assert any(v["mixed_steps"] > 0 for v in by_external.values())  # decode + prefill
+
+
+def _mine(run: dict[str, Any]) -> list[dict[str, Any]]:
+    ids = {r["request_id"] for r in run["requests"]}
+    return [v for v in run["verdicts"] if v["external"] in ids]
+
+
+@FP8
+def test_fp8_is_metered_below_bf16_and_repaired_to_tau(
+        runs: dict[str, dict[str, Any]]) -> None:
+    def coverage(mode: str) -> float:
+        vs = _mine(runs[mode])
+        return sum(v["covered"] for v in vs) / sum(v["cells"] for v in vs)
+
+    assert coverage("on") == 1.0
+    assert 0.0 < coverage("fp8") < 1.0  # fp8 loses keys; the format witness bounds each byte
+    assert max(v["true_max"] for v in _mine(runs["fp8"])) > 0  # the audit sees real error
+    repaired = _mine(runs["fp8-repair"])
+    total = sum(v["repair"]["cells"] for v in repaired)
+    assert total > 0 and all(v["repair"]["risk_ranked"] == 0 for v in repaired)
+    for v in repaired:
+        rep = v["repair"]
+        assert rep["label"] in ("certified", "none")
+        assert rep["true_max"] <= 0.1  # every repaired cell's audited true TV is within tau
+        assert 0.0 <= rep["page_in_fraction"] <= 1.0
+        assert rep["page_in_bytes"] == rep["paged"] * 64 * 2 * 2  # bf16 keys and values
+    assert sum(v["repair"]["paged"] for v in repaired) > 0
+    assert coverage("fp8-repair") > coverage("fp8")
+
+
+@FP8
+def test_vllms_fp8_writer_is_modelled_byte_for_byte(tmp_path: Path) -> None:
+    script = Path(__file__).parent / "engine" / "fp8_checks.py"
+    proc = subprocess.run([str(engine_python()), str(script)], env=engine_env(None),
+                          capture_output=True, text=True, timeout=600, check=True, cwd=tmp_path)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["finite_bf16"] == 65280
+    checked = [k for k in out if "@" in k]
+    assert len(checked) == 2 * 7
+    for name in checked:
+        r = out[name]
+        assert r["key_bytes_differ"] == 0 and r["value_bytes_differ"] == 0, (name, r)
+        if name.endswith("@layout"):
+            assert r["positions_read"] == r["expected_positions"] == 300 * 2 * 64 * 2
+            assert r["other_bytes_changed"] == 0
+        else:
+            assert r["witness_violations"] == 0 and r["witness_max_ratio"] <= 1.0, (name, r)
+            assert r["witness_max_ratio"] > 0.99  # the bound is tight, not loose by a margin
 
 
 def test_a_bfloat16_cache_holds_the_keys_exactly(runs: dict[str, dict[str, Any]]) -> None:
@@ -127,21 +193,6 @@ def test_a_malformed_switch_stops_the_engine_at_startup(model: Path, tmp_path: P
     assert not (tmp_path / "o.json").exists()
 
 
-@pytest.mark.skipif(not fp8_supported(), reason="vLLM's CPU build serves an fp8 KV cache only "
-                    "on CPUs with AVX-512 or AMX; this CPU has neither")
-def test_an_fp8_cache_the_plugin_cannot_read_is_refused_not_served_unmetered(
-        model: Path, tmp_path: Path) -> None:
-    # vLLM's CPU fp8 kernels store keys that do not read back as written under the layout
-    # the plugin reads; the warm-up check must stop the engine rather than meter garbage.
-    cfg = PluginConfig(store=tmp_path / "v.sqlite", tau=0.1, audit=True)
-    with pytest.raises(RuntimeError) as err:
-        run_offline(cfg, model=model, kv="fp8", prompts=PROMPTS, max_tokens=TOKENS,
-                    extra=CHUNKED)
-    text = str(err.value)
-    assert "KV cache key layout (layer" in text and "refusing to serve unmetered" in text
-    assert "the keys read back differ from the keys written" in text
-
-
 def test_monitor_fails_a_stale_reader_closed_and_refuses_an_unmetered_backend(
         tmp_path: Path) -> None:
     # The Monitor driven step by step on caches written by vLLM's own kernel: a request
@@ -151,6 +202,19 @@ def test_monitor_fails_a_stale_reader_closed_and_refuses_an_unmetered_backend(
                           env=engine_env(None), capture_output=True, text=True, timeout=300,
                           check=True)
     verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
+    fp8 = verdicts.pop("fp8")
+    assert fp8["startup"].startswith("EngineMismatchError: KV cache key bytes (layer 1, slot 130, "
+                                     "kv head 1, channel 5)")
+    assert "refusing to serve unmetered" in fp8["startup"]
+    for scale in ("0.0", "nan", "inf"):
+        assert fp8[f"scale {scale}"].startswith("EngineMismatchError: key scale (layer 0)")
+        assert f"engine has {scale}" in fp8[f"scale {scale}"]
+    assert fp8["isa"].startswith("EngineMismatchError: CPU attention ISA") and \
+        "'vec16'" in fp8["isa"]
+    later = fp8["later"]
+    assert later["tier"] is None and later["gate"]["accepted"] is False
+    assert later["failure"].startswith("EngineMismatchError: KV cache value bytes (layer 0, "
+                                       "slot 3, kv head 0, channel 7)")
     unmetered = verdicts.pop("unmetered_backend")
     assert unmetered.startswith("EngineMismatchError: attention backend")
     assert "refusing to serve unmetered" in unmetered

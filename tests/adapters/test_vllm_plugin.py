@@ -20,15 +20,19 @@ import pytest
 import torch
 
 from witcert_adapters.vllm_plugin.config import PluginConfig, from_environ
-from witcert_adapters.vllm_plugin.meter import SUMMARY, meter_rows, write_witnesses
+from witcert_adapters.vllm_plugin.meter import SUMMARY, KeySide, StepMeter, meter_step, \
+    write_witnesses
 from witcert_adapters.vllm_plugin.paged import CacheFormat, StepLayout, cache_format, \
     stored_keys, visible_keys
+from witcert_adapters.vllm_plugin.quantizer import ROUNDING, engine_codes
 from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, external_id
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
-from witcert_calculus.errors import InvalidValueError, StaleReadError, UnwrittenSlotError
+from witcert_calculus.errors import EngineMismatchError, InvalidValueError, StaleReadError, \
+    UnwrittenSlotError
 from witcert_calculus.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.tv_forms import tv_meter, tv_tanh_max
+from witcert_calculus.formats import Fp8Format
 from witcert_calculus.witness import RopeLayout, band_witness, logit_bound
 
 BS = 16  # block size
@@ -41,16 +45,21 @@ def _cache(layers: int, blocks: int, dtype: torch.dtype) -> list[torch.Tensor]:
 
 
 def _write(cache: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor,
-           fmt: CacheFormat, scale: float) -> None:
-    """Write keys in vLLM's CPU layout: per (block, head) K as [d, bs], then V."""
+           fmt: CacheFormat, scale: float, values: torch.Tensor | None = None) -> None:
+    """Write keys (and values) in vLLM's CPU layout: per (block, head) K as [d, bs], then V
+    as [bs, d]; fp8 bytes by the model of vLLM's CPU writer (truncation)."""
     nb = cache.shape[0]
-    view = cache.view(nb, KVH, 2, D, BS)
-    for s, k in zip(slots.tolist(), keys, strict=True):
-        if fmt is CacheFormat.MODEL_DTYPE:
-            view[s // BS, :, 0, :, s % BS] = k.to(cache.dtype)
-        else:
-            q = (k.float() / scale).to(torch.float8_e4m3fn)
-            view[s // BS, :, 0, :, s % BS] = q.view(torch.uint8)
+    kview = cache.view(nb, KVH, 2, D, BS)
+    vview = cache.view(nb, KVH, 2, BS, D)
+
+    def stored(x: torch.Tensor) -> torch.Tensor:
+        fp8 = fmt.fp8
+        return x.to(cache.dtype) if fp8 is None else engine_codes(x, scale=scale, fmt=fp8)
+
+    for i, s in enumerate(slots.tolist()):
+        kview[s // BS, :, 0, :, s % BS] = stored(keys[i])
+        if values is not None:
+            vview[s // BS, :, 1, s % BS, :] = stored(values[i])
 
 
 class _Engine:
@@ -64,17 +73,22 @@ class _Engine:
         self.layers = layers
         self.exact: dict[int, torch.Tensor] = {}
         self.buffer = SlotWitnesses(layers=layers, slots=blocks * BS, kv_heads=KVH, bands=B,
-                                    exact_dim=D, exact_dtype=torch.float32)
+                                    exact_dim=D, exact_dtype=torch.float32, values=True)
         self.gen = torch.Generator().manual_seed(0)
 
     def write(self, slots: list[int]) -> torch.Tensor:
         s = torch.tensor(slots)
         keys = torch.randn(self.layers, len(slots), KVH, D, generator=self.gen).to(torch.bfloat16)
+        values = torch.randn(self.layers, len(slots), KVH, D, generator=self.gen).to(
+            torch.bfloat16)
         for layer in range(self.layers):
-            _write(self.caches[layer], s, keys[layer], self.fmt, self.scales[layer])
+            _write(self.caches[layer], s, keys[layer], self.fmt, self.scales[layer],
+                   values[layer])
         stored = stored_keys(self.caches, s, fmt=self.fmt, k_scales=self.scales)
         w = write_witnesses(keys, stored, bands=B, layout=RopeLayout.HALF_SPLIT)
-        return self.buffer.write(s, w, keys.float())
+        gens = self.buffer.bump(s)
+        self.buffer.put(slice(None), s, w, keys.float(), values.float())
+        return gens
 
 
 def test_stored_keys_decode_the_bytes_written() -> None:
@@ -87,7 +101,8 @@ def test_stored_keys_decode_the_bytes_written() -> None:
         if fmt is CacheFormat.MODEL_DTYPE:
             assert torch.equal(got, keys.double())
         else:
-            want = (keys.float() / 0.5).to(torch.float8_e4m3fn).double() * 0.5
+            codes = engine_codes(keys, scale=0.5, fmt=Fp8Format.E4M3)
+            want = codes.view(torch.float8_e4m3fn).double() * 0.5
             assert torch.equal(got, want)
             assert not torch.equal(got, keys.double())  # fp8 is lossy
 
@@ -140,15 +155,22 @@ def _mixed_step(eng: _Engine) -> tuple[StepLayout, torch.Tensor]:
     return lay, queries
 
 
-def _meter(eng: _Engine, lay: StepLayout, queries: torch.Tensor, *, understate: float = 1.0):
+def _sides(eng: _Engine, lay: StepLayout, keys: torch.Tensor | None, *,
+           understate: float = 1.0, audit: bool = True) -> list[KeySide]:
+    assert eng.buffer.exact is not None
+    return [KeySide(None if keys is None else keys[i],
+                    eng.buffer.witness[i, lay.slots] * understate,
+                    exact=eng.buffer.exact[i, lay.slots] if audit else None)
+            for i in range(eng.layers)]
+
+
+def _meter(eng: _Engine, lay: StepLayout, queries: torch.Tensor, *,
+           understate: float = 1.0) -> StepMeter:
     keys = visible_keys(eng.caches, lay.slots, fmt=eng.fmt, k_scales=eng.scales)
     assert torch.equal(keys, stored_keys(eng.caches, lay.slots, fmt=eng.fmt,
                                          k_scales=eng.scales).permute(0, 1, 3, 2, 4))
-    assert eng.buffer.exact is not None
-    return meter_rows(lay, queries=queries, keys=keys,
-                      witnesses=eng.buffer.witness[:, lay.slots] * understate, scale=D ** -0.5,
-                      layout=RopeLayout.HALF_SPLIT, tau=0.1,
-                      exact_keys=eng.buffer.exact[:, lay.slots])
+    return meter_step(lay, queries=queries, sides=_sides(eng, lay, keys, understate=understate),
+                      kv_heads=KVH, scale=D ** -0.5, layout=RopeLayout.HALF_SPLIT, tau=0.1)
 
 
 def test_meter_equals_the_librarys_per_row_meter_and_is_sound() -> None:
@@ -212,14 +234,15 @@ def test_the_cheap_form_needs_no_keys_and_is_sound() -> None:
     eng = _Engine(CacheFormat.FP8_E4M3)
     lay, queries = _mixed_step(eng)
     assert eng.buffer.exact is not None
-    common = dict(queries=queries, witnesses=eng.buffer.witness[:, lay.slots],
-                  scale=D ** -0.5, layout=RopeLayout.HALF_SPLIT, tau=0.1)
-    cheap = meter_rows(lay, keys=None, form="tanh", **common)  # type: ignore[arg-type]
+    common = dict(queries=queries, kv_heads=KVH, scale=D ** -0.5, layout=RopeLayout.HALF_SPLIT,
+                  tau=0.1)
+    cheap = meter_step(lay, sides=_sides(eng, lay, None, audit=False), form="tanh",
+                       **common)  # type: ignore[arg-type]
     assert cheap.theorems == (SOFTMAX_TV_TANH_SOUND,)
     assert cheap.basis.evidence(*cheap.theorems) is not None
     keys = visible_keys(eng.caches, lay.slots, fmt=eng.fmt, k_scales=eng.scales)
-    audited = meter_rows(lay, keys=keys, form="tanh",  # type: ignore[arg-type]
-                         exact_keys=eng.buffer.exact[:, lay.slots], **common)
+    audited = meter_step(lay, sides=_sides(eng, lay, keys), form="tanh",
+                         **common)  # type: ignore[arg-type]
     assert torch.equal(audited.meter, cheap.meter)
     assert audited.summary[:, SUMMARY.index("violations")].sum() == 0
     assert audited.summary[:, SUMMARY.index("audited")].sum() > 0
@@ -235,7 +258,8 @@ def test_the_cheap_form_needs_no_keys_and_is_sound() -> None:
     assert ref <= float(cheap.meter[0, t, h]) and math.isclose(
         float(cheap.meter[0, t, h]), ref, rel_tol=1e-5)
     with pytest.raises(InvalidValueError, match="needs the stored keys"):
-        meter_rows(lay, keys=None, **common)  # type: ignore[arg-type]
+        meter_step(lay, sides=_sides(eng, lay, None, audit=False),
+                   **common)  # type: ignore[arg-type]
 
 
 def test_audit_catches_an_understated_witness() -> None:
@@ -436,3 +460,173 @@ def test_docstring_examples(name: str) -> None:
     module = importlib.import_module(f"witcert_adapters.vllm_plugin.{name}")
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0, (name, result)
+
+
+# ------------------------------------------------------------------ the gate that repairs
+
+def _repair_setup(eng: _Engine, *, bands: int, fmt: bool):
+    from witcert_adapters.vllm_plugin.paged import CacheLayout, dequantize, stored_elements
+    from witcert_kernels.meter import format_witness
+
+    lay, queries = _mixed_step(eng)
+    raw = stored_elements(eng.caches[:1], lay.slots, layout=CacheLayout.VEC, heads_first=True)
+    keys = dequantize(raw, fmt=eng.fmt, scales=eng.scales[:1])[0]
+    bounds = format_witness(raw[0], fmt=Fp8Format.E4M3, rounding=ROUNDING,
+                            scale=eng.scales[0]) if fmt else None
+    assert eng.buffer.exact is not None
+    side = KeySide(keys, eng.buffer.witness[0, lay.slots][..., :bands] if bands else None,
+                   bounds, eng.buffer.exact[0, lay.slots])
+    raw_v = stored_elements(eng.caches[:1], lay.slots, layout=CacheLayout.VEC, part=1,
+                            heads_first=True)
+    values = dequantize(raw_v, fmt=eng.fmt, scales=eng.scales[:1])[0]
+    return lay, queries[0], side, values
+
+
+def _attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, pos: int) -> torch.Tensor:
+    logits = D ** -0.5 * keys[:pos + 1] @ q
+    p = torch.softmax(logits, dim=0)
+    return p @ values[:pos + 1]
+
+
+@pytest.mark.parametrize("bands,fmt,every_row", [(4, False, True), (0, True, True),
+                                                (4, True, True), (0, True, False)])
+def test_the_gate_repairs_every_cell_above_tau_and_serves_its_attention(
+        bands: int, fmt: bool, every_row: bool) -> None:
+    from witcert_adapters.repair import RepairPolicy
+    from witcert_adapters.vllm_plugin.meter import meter_layer
+    from witcert_adapters.vllm_plugin.repair import Gate
+
+    eng = _Engine(CacheFormat.FP8_E4M3)
+    lay, q, side, values = _repair_setup(eng, bands=bands, fmt=fmt)
+
+    def meter(s: KeySide, groups: object = None):  # type: ignore[no-untyped-def]
+        return meter_layer(lay, queries=q, side=s, kv_heads=KVH, scale=D ** -0.5,
+                           layout=RopeLayout.HALF_SPLIT, groups=groups,  # type: ignore[arg-type]
+                           keep=True)
+
+    lm = meter(side)
+    tau = min(0.5, float(lm.meter.median()))  # some cells above it, some not
+    last = torch.zeros(lay.rows, dtype=torch.bool)
+    last[torch.cumsum(lay.q_lens, 0) - 1] = True  # each request's last row
+    gated = torch.ones(lay.rows, dtype=torch.bool) if every_row else last
+    bad = (lm.meter > tau) & gated.unsqueeze(1)
+    assert bool(bad.any()) and not bool(bad.all())
+    seats = torch.tensor([0, 1])
+    positions = Positions(seats=2, length=64)
+    assert positions.check(seats, lay.slots, lay.visible, eng.buffer).tolist() == [0, 0]
+    engine_out = torch.stack([torch.stack([_attention(
+        q[t, h].double(), side.keys[int(lay.row_request[t]), h // G],  # type: ignore[index]
+        values[int(lay.row_request[t]), h // G], int(lay.row_position[t]))
+        for h in range(H)]) for t in range(lay.rows)]).to(torch.bfloat16)
+    output = engine_out.clone()
+    gate = Gate(seats=2, layers=eng.layers, kv_heads=KVH, length=64,
+                policy=RepairPolicy(tau, block_size=4))
+    done = gate.repair(0, lay, lm, side, seats=seats, ok=torch.ones(2, dtype=torch.bool),
+                       buffer=eng.buffer, positions=positions, values=values, output=output,
+                       remeter=meter, rows=None if every_row else last)
+    assert int(done.repaired.sum()) == int(bad.sum()) and int(done.risk_ranked.sum()) == 0
+    assert bool((done.meter[bad] <= tau).all())  # every repaired cell ends at or below tau
+    assert torch.equal(done.meter[~bad], lm.meter[~bad])
+    assert done.true_tv is not None
+    assert bool((done.true_tv <= torch.clamp(done.meter, max=1.0)).all())  # audited: sound
+    assert int(done.paged.sum()) > 0
+    assert int(done.page_in_bytes.sum()) == int(done.paged.sum()) * D * 2 * 4
+    # the served output: the engine's where no repair was needed, the attention over the
+    # mixed keys and values (exact where paged) where it was
+    assert torch.equal(output[~bad], engine_out[~bad])
+    assert eng.buffer.exact is not None and eng.buffer.exact_values is not None
+    checked = 0
+    for t, h in torch.nonzero(bad).tolist():
+        r, pos = int(lay.row_request[t]), int(lay.row_position[t])
+        paged = gate.paged[r, 0, h // G, :lay.slots.shape[1]]
+        slots = lay.slots[r]
+        keys = torch.where(paged.unsqueeze(-1), eng.buffer.exact[0, slots, h // G].double(),
+                           side.keys[r, h // G])  # type: ignore[index]
+        vals = torch.where(paged.unsqueeze(-1),
+                           eng.buffer.exact_values[0, slots, h // G].double(), values[r, h // G])
+        want = _attention(q[t, h].double(), keys, vals, pos)
+        got = output[t, h].double()
+        assert bool(((got - want).abs() <= 2.0 ** -8 * want.abs() + 1e-30).all()), (t, h)
+        checked += 1
+    assert checked == int(bad.sum())
+
+
+def test_the_gate_audit_catches_a_backing_store_that_is_not_exact() -> None:
+    from witcert_adapters.repair import RepairPolicy
+    from witcert_adapters.vllm_plugin.meter import meter_layer
+    from witcert_adapters.vllm_plugin.repair import Gate
+
+    eng = _Engine(CacheFormat.FP8_E4M3)
+    lay, q, side, values = _repair_setup(eng, bands=4, fmt=False)
+
+    def meter(s: KeySide, groups: object = None):  # type: ignore[no-untyped-def]
+        return meter_layer(lay, queries=q, side=s, kv_heads=KVH, scale=D ** -0.5,
+                           layout=RopeLayout.HALF_SPLIT, groups=groups,  # type: ignore[arg-type]
+                           keep=True)
+
+    lm = meter(side)
+    assert eng.buffer.exact is not None
+    eng.buffer.exact[0] += 0.5  # the audit keeps the true keys; the store now lies
+    seats = torch.tensor([0, 1])
+    positions = Positions(seats=2, length=64)
+    positions.check(seats, lay.slots, lay.visible, eng.buffer)
+    gate = Gate(seats=2, layers=eng.layers, kv_heads=KVH, length=64,
+                policy=RepairPolicy(0.02, block_size=4))
+    done = gate.repair(0, lay, lm, side, seats=seats, ok=torch.ones(2, dtype=torch.bool),
+                       buffer=eng.buffer, positions=positions, values=values,
+                       output=torch.zeros(lay.rows, H, D), remeter=meter)
+    assert done.true_tv is not None
+    assert bool((done.true_tv > torch.clamp(done.meter, max=1.0)).any())
+
+
+def test_the_backing_store_refuses_unwritten_and_stale_slots() -> None:
+    buf = SlotWitnesses(layers=1, slots=8, kv_heads=1, bands=0, exact_dim=2, values=True)
+    gens = buf.bump(torch.tensor([3]))
+    buf.put(slice(None), torch.tensor([3]), torch.zeros(1, 1, 1, 0), torch.ones(1, 1, 1, 2),
+            torch.full((1, 1, 1, 2), 2.0))
+    k, v = buf.read_exact(0, torch.tensor([3]), gens)
+    assert k.tolist() == [[[1.0, 1.0]]] and v.tolist() == [[[2.0, 2.0]]]
+    with pytest.raises(UnwrittenSlotError, match="slot 4 is UNWRITTEN"):
+        buf.read_exact(0, torch.tensor([3, 4]), torch.tensor([1, 1]))
+    buf.bump(torch.tensor([3]))  # another write reused slot 3
+    with pytest.raises(StaleReadError, match="slot 3 was authorised at generation 1"):
+        buf.read_exact(0, torch.tensor([3]), gens)
+    with pytest.raises(InvalidValueError, match="repair"):
+        SlotWitnesses(layers=1, slots=8, kv_heads=1, bands=1).read_exact(
+            0, torch.tensor([0]), torch.tensor([0]))
+
+
+def test_amx_layout_reads_what_a_model_of_the_amx_writer_wrote() -> None:
+    """The AMX writer's placement (vLLM's scalar AMX writer, by its formulas), written element
+    by element into a flat region, and read back through the plugin's views."""
+    from witcert_adapters.vllm_plugin.paged import CacheLayout, cache_layout, stored_elements
+
+    nb, kvh, bs, d = 3, 2, 32, 32
+    cache = torch.full((nb, kvh, bs, 2 * d), 0xFF, dtype=torch.uint8)
+    flat = cache.view(-1)
+    gen = torch.Generator().manual_seed(4)
+    keys = torch.randint(0, 255, (nb * bs, kvh, d), generator=gen, dtype=torch.int32).to(torch.uint8)
+    values = torch.randint(0, 255, (nb * bs, kvh, d), generator=gen, dtype=torch.int32).to(
+        torch.uint8)
+    slots = torch.randperm(nb * bs, generator=gen)[:40]
+    for s in slots.tolist():
+        b, o = divmod(s, bs)
+        for h in range(kvh):
+            base = (b * kvh + h) * 2 * bs * d
+            for c in range(d):
+                flat[base + (o // 16) * 16 * d + (c // 2) * 32 + (o % 16) * 2 + c % 2] = \
+                    keys[s, h, c]
+                flat[base + bs * d + (c // 16) * 16 * bs + (o // 2) * 32 + (c % 16) * 2 + o % 2] = \
+                    values[s, h, c]
+    assert cache_layout("amx") is CacheLayout.AMX
+    got_k = stored_elements([cache], slots, layout=CacheLayout.AMX, part=0)[0]
+    got_v = stored_elements([cache], slots, layout=CacheLayout.AMX, part=1)[0]
+    assert torch.equal(got_k, keys[slots]) and torch.equal(got_v, values[slots])
+    heads_first = stored_elements([cache], slots.view(4, 10), layout=CacheLayout.AMX,
+                                  heads_first=True)[0]
+    assert torch.equal(heads_first, keys[slots].view(4, 10, kvh, d).transpose(1, 2))
+    # the vec reader reads other bytes: a wrong layout is not silently right
+    assert not torch.equal(stored_elements([cache], slots, layout=CacheLayout.VEC)[0],
+                           keys[slots])
+    with pytest.raises(EngineMismatchError, match="CPU attention ISA.*'vec16'"):
+        cache_layout("vec16")

@@ -102,7 +102,8 @@ def retrieval_battery(*, items: int = _ITEMS, facts: int = _FACTS, filler: int =
     Args:
         items: number of items.
         facts: needles per item (at most 12 names).
-        filler: filler sentences before each needle (at most 8).
+        filler: filler sentences before each needle (up to 8 distinct ones; more are drawn
+            with replacement, for long contexts).
         seed: the generator's seed.
 
     Returns:
@@ -118,8 +119,7 @@ def retrieval_battery(*, items: int = _ITEMS, facts: int = _FACTS, filler: int =
     positive_int("items", items)
     if not 1 <= positive_int("facts", facts) <= len(_NAMES):
         raise InvalidValueError("facts", facts, f"must be at most {len(_NAMES)}")
-    if not 1 <= positive_int("filler", filler) <= len(_FILLER):
-        raise InvalidValueError("filler", filler, f"must be at most {len(_FILLER)}")
+    positive_int("filler", filler)
     rng = random.Random(seed)
     out: list[RetrievalItem] = []
     for _ in range(items):
@@ -127,7 +127,8 @@ def retrieval_battery(*, items: int = _ITEMS, facts: int = _FACTS, filler: int =
         codes = {n: f"{rng.randint(1000, 9999)}" for n in names}
         lines: list[str] = []
         for n in names:
-            lines += rng.sample(_FILLER, filler)
+            lines += rng.sample(_FILLER, filler) if filler <= len(_FILLER) else \
+                rng.choices(_FILLER, k=filler)
             lines.append(f"The code for {n} is {codes[n]}.")
         lines += rng.sample(_FILLER, 2)
         asked = rng.choice(names)

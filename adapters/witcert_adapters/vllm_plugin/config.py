@@ -8,13 +8,26 @@ environment.
 Format: unset or empty means off. Otherwise a comma-separated list of ``key=value``
 items; ``store`` is required::
 
-    WITCERT_VLLM="store=/var/lib/witcert/verdicts.sqlite,tau=0.1,bands=4,audit=0,form=meter"
+    WITCERT_VLLM="store=/var/lib/witcert/verdicts.sqlite,tau=0.1,bands=0,format=1,repair=1"
 
 - ``store``: the SQLite file the worker writes each finished request's verdict to and
   the server reads them from (created if missing; its folder must exist).
 - ``tau``: the coverage threshold, a cell is covered when its meter is ``<= tau``
   (default 0.1, in ``(0, 1)``).
-- ``bands``: witness bands per key (default 4, at least 1).
+- ``bands``: band witnesses per key (default 0); each costs 4 bytes per token per kv head
+  in the side buffer. ``0`` keeps none: the format witness alone bounds the keys.
+- ``format``: ``1`` (default) bounds an fp8 cache's keys by the *format witness* each
+  stored byte carries (:mod:`witcert_calculus.formats`; no stored byte), taking per
+  token the smaller of it and the band bound; ``0`` uses the band witnesses alone (then
+  ``bands`` must be at least 1). A model-dtype cache stores keys exactly and needs neither.
+- ``repair``: ``1`` turns on the gate that repairs (:mod:`.repair`): an exact backing store
+  of every key and value written, and, before a layer's attention result is used, the
+  output of every (request, query head) whose meter exceeds ``tau`` recomputed with the
+  highest-contribution blocks paged in exactly until the meter is at most ``tau``. ``1``
+  gates each request's last row of a step (a decode row, a prefill chunk's last row: the
+  row whose prediction the engine samples), ``all`` every row of a prefill too (slower, and
+  it pages in more); default ``0``. It keeps the exact keys and values of every slot (in
+  the model's dtype).
 - ``audit``: ``1`` keeps the unquantized keys beside the cache and measures every
   cell's true total variation (tests only: it doubles the key memory); default ``0``.
 - ``delta``: each request's failure-probability budget ``delta_req`` (default 0.01).
@@ -42,14 +55,14 @@ from pathlib import Path
 from typing import Final, final
 
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.validation import open_level, positive_int, unit_rational
+from witcert_calculus.validation import nonneg_int, open_level, unit_rational
 
 __all__ = ["ENV_VAR", "FORMS", "PluginConfig", "active", "from_environ"]
 
 ENV_VAR: Final = "WITCERT_VLLM"
 """The environment variable that switches the plugin on and configures it."""
 
-_KEYS: Final = ("store", "tau", "bands", "audit", "delta", "form")
+_KEYS: Final = ("store", "tau", "bands", "format", "repair", "audit", "delta", "form")
 FORMS: Final = ("meter", "tanh")
 """The TV bounds a cell can report (the ``form`` item)."""
 
@@ -62,7 +75,10 @@ class PluginConfig:
     Attributes:
         store: the verdict store's SQLite file.
         tau: coverage threshold in ``(0, 1)``.
-        bands: witness bands per key.
+        bands: band witnesses per key (0: none).
+        format_witness: bound fp8 keys by the format witness too.
+        repair: the gate that repairs, inside the engine.
+        repair_every_row: with repair, gate every row of a prefill chunk, not only its last.
         audit: keep the exact keys and measure true total variation per cell.
         delta_req: each request's failure-probability budget.
         form: the TV bound of each cell, one of :data:`FORMS`.
@@ -70,7 +86,10 @@ class PluginConfig:
 
     store: Path
     tau: float = 0.1
-    bands: int = 4
+    bands: int = 0
+    format_witness: bool = True
+    repair: bool = False
+    repair_every_row: bool = False
     audit: bool = False
     delta_req: Fraction = Fraction(1, 100)
     form: str = "meter"
@@ -79,7 +98,17 @@ class PluginConfig:
         if self.form not in FORMS:
             raise InvalidValueError("form", self.form, f"must be one of {list(FORMS)}")
         open_level("tau", self.tau)
-        positive_int("bands", self.bands)
+        nonneg_int("bands", self.bands)
+        if self.repair_every_row and not self.repair:
+            raise InvalidValueError("repair_every_row", self.repair_every_row,
+                                    "needs repair on")
+        if self.repair and self.form != "meter":
+            raise InvalidValueError("repair", int(self.repair), "needs form=meter: the gate "
+                                    "pages in by the meter's weights p~, which form=tanh "
+                                    "never computes")
+        if self.bands == 0 and not self.format_witness:
+            raise InvalidValueError("bands", self.bands, "must be at least 1 without the format "
+                                    "witness (format=0): the keys need some witness")
         unit_rational("delta", self.delta_req, open_interval=True)
 
     def to_env(self) -> str:
@@ -87,9 +116,11 @@ class PluginConfig:
 
         Example:
             >>> PluginConfig(store=Path("/tmp/v.sqlite"), tau=0.2).to_env()
-            'store=/tmp/v.sqlite,tau=0.2,bands=4,audit=0,delta=1/100,form=meter'
+            'store=/tmp/v.sqlite,tau=0.2,bands=0,format=1,repair=0,audit=0,delta=1/100,form=meter'
         """
         return (f"store={self.store},tau={self.tau!r},bands={self.bands},"
+                f"format={int(self.format_witness)},"
+                f"repair={'all' if self.repair_every_row else int(self.repair)},"
                 f"audit={int(self.audit)},delta={self.delta_req},form={self.form}")
 
 
@@ -126,18 +157,26 @@ def from_environ(environ: Mapping[str, str]) -> PluginConfig | None:
     store = Path(items["store"])
     if not store.parent.is_dir():
         raise InvalidValueError("store", str(store), "its folder does not exist")
-    audit = items.get("audit", "0")
-    if audit not in ("0", "1"):
-        raise InvalidValueError("audit", audit, "must be 0 or 1")
+    flags: dict[str, bool] = {}
+    for key, default in (("audit", "0"), ("format", "1")):
+        flag = items.get(key, default)
+        if flag not in ("0", "1"):
+            raise InvalidValueError(key, flag, "must be 0 or 1")
+        flags[key] = flag == "1"
+    repair = items.get("repair", "0")
+    if repair not in ("0", "1", "all"):
+        raise InvalidValueError("repair", repair, "must be 0, 1 or all")
     try:
         tau = float(items.get("tau", "0.1"))
-        bands = int(items.get("bands", "4"))
+        bands = int(items.get("bands", "0"))
         delta = Fraction(items.get("delta", "1/100"))
     except ValueError as exc:
         raise InvalidValueError(ENV_VAR, text, f"a value does not parse: {exc}") from None
     try:
-        return PluginConfig(store=store, tau=tau, bands=bands, audit=audit == "1",
-                            delta_req=delta, form=items.get("form", "meter"))
+        return PluginConfig(store=store, tau=tau, bands=bands, format_witness=flags["format"],
+                            repair=repair != "0", repair_every_row=repair == "all",
+                            audit=flags["audit"], delta_req=delta,
+                            form=items.get("form", "meter"))
     except InvalidValueError as exc:  # name the item as it was written
         given = items.get(exc.name, str(exc.value))
         raise InvalidValueError(ENV_VAR, f"{exc.name}={given}", exc.reason) from None

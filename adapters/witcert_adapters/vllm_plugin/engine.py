@@ -35,19 +35,29 @@ import inspect
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import torch
 
+from witcert_adapters.repair import RepairPolicy
 from witcert_adapters.vllm_plugin.config import PluginConfig, active
-from witcert_adapters.vllm_plugin.meter import meter_rows, write_witnesses
-from witcert_adapters.vllm_plugin.paged import CacheFormat, cache_format, layer_index, \
-    step_requests, stored_keys, visible_keys
+from witcert_adapters.vllm_plugin.meter import KeySide, LayerMeter, RowGroup, meter_layer, \
+    merge_bases, row_groups, summarize, write_witnesses
+from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, StepLayout, \
+    cache_format, cache_layout, dequantize, layer_index, step_requests, stored_elements, \
+    stored_keys
+from witcert_adapters.vllm_plugin.quantizer import ROUNDING, check_bytes, engine_codes, \
+    float32_scale
+from witcert_adapters.vllm_plugin.repair import Gate, LayerRepair
 from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
-from witcert_calculus.errors import EngineMismatchError, WitcertError
+from witcert_calculus.errors import EngineMismatchError, InvalidValueError, WitcertError
+from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.tv_forms import TVBasis
 from witcert_calculus.witness import RopeLayout
+from witcert_kernels.meter import format_witness
 
 import vllm
 from vllm.v1.attention.backends import cpu_attn
@@ -115,6 +125,18 @@ def _rope_layout(model: Any) -> RopeLayout:
     return RopeLayout.HALF_SPLIT
 
 
+@dataclass(slots=True)
+class _Step:
+    # One engine step's layout and requests, derived once (at the step's first metered read
+    # in repair mode, at its end otherwise).
+    step: StepLayout
+    requests: list[str]
+    tallies: list[RequestTally]
+    seats: torch.Tensor
+    codes: torch.Tensor  # [R] 0, or 1 stale / 2 unwritten (Positions.check)
+    groups: list[RowGroup]
+
+
 class Monitor:
     """The worker's metering state: captures of the current step, side buffer, accounts.
 
@@ -129,19 +151,27 @@ class Monitor:
         self.num_heads = 0
         self.scale = 0.0
         self.fmt: CacheFormat | None = None
+        self.layout: CacheLayout | None = None
         self.kv_cache_dtype = ""
         self.seats = 0
         self.length = 0
         self.buffer: SlotWitnesses | None = None
         self.positions: Positions | None = None
         self.accounts: Accounts | None = None
+        self.gate: Gate | None = None
         self.store = VerdictStore(config.store)
         self.rope: RopeLayout | None = None
-        self._writes: dict[int, torch.Tensor] = {}
+        self._runner: Any = None
+        self._scheduled: Any = None
+        self._writes: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._slots: torch.Tensor | None = None
         self._reads: dict[int, torch.Tensor] = {}
-        self._caches: dict[int, tuple[torch.Tensor, float]] = {}
+        self._caches: dict[int, tuple[torch.Tensor, float, float]] = {}
+        self._metered: dict[int, LayerRepair] = {}
+        self._bases: list[TVBasis] = []
         self._metadata: Any = None
+        self._step: _Step | None = None
+        self._mismatch: str | None = None
         self._checked: set[int] = set()
         self._scratch = [torch.empty(0, dtype=torch.float64)]
 
@@ -174,62 +204,98 @@ class Monitor:
     def _allocate(self, kv_cache: torch.Tensor, key: torch.Tensor) -> SlotWitnesses:
         if self.buffer is None:
             nb, kvh, bs, two_d = kv_cache.shape
+            keep = self.config.audit or self.config.repair
             self.buffer = SlotWitnesses(
                 layers=self.n_layers, slots=int(nb * bs), kv_heads=int(kvh),
-                bands=self.config.bands, exact_dim=int(two_d // 2) if self.config.audit else None,
-                exact_dtype=key.dtype)
+                bands=self.config.bands, exact_dim=int(two_d // 2) if keep else None,
+                exact_dtype=key.dtype, values=self.config.repair)
             self.positions = Positions(seats=self.seats, length=self.length)
             self.accounts = Accounts(
                 layers=self.n_layers, seats=self.seats, tau=self.config.tau,
                 audit=self.config.audit, delta_req=self.config.delta_req, session=self.session,
-                kv_cache_dtype=self.kv_cache_dtype, form=self.config.form)
-            _log.info("witcert: metering %d layers, %d slots, %s cache, audit=%s",
-                      self.n_layers, nb * bs, self.kv_cache_dtype, self.config.audit)
+                kv_cache_dtype=self.kv_cache_dtype, form=self.config.form,
+                witness=self.witness_name, repair=self.config.repair, kv_heads=int(kvh))
+            if self.config.repair:
+                self.gate = Gate(seats=self.seats, layers=self.n_layers, kv_heads=int(kvh),
+                                 length=self.length, policy=RepairPolicy(self.config.tau))
+            _log.info("witcert: metering %d layers, %d slots, %s cache, %s, repair=%s, "
+                      "audit=%s", self.n_layers, nb * bs, self.kv_cache_dtype,
+                      self.witness_name, self.config.repair, self.config.audit)
         return self.buffer
 
+    @property
+    def witness_name(self) -> str:
+        """What bounds the keys: ``"format"``, ``"bands=B"`` or ``"format+bands=B"``."""
+        parts = (["format"] if self._format_witness else []) + \
+            ([f"bands={self.config.bands}"] if self.config.bands else [])
+        return "+".join(parts)
+
+    @property
+    def _format_witness(self) -> bool:
+        return self.config.format_witness or self.config.bands == 0
+
     # ----------------------------------------------------------------- capture (per layer)
-    def wrote(self, layer: int, key: torch.Tensor, kv_cache: torch.Tensor,
-              slot_mapping: torch.Tensor, k_scale: float) -> None:
-        """Capture a layer's written keys and read them back from the cache."""
+    def wrote(self, layer: int, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+              slot_mapping: torch.Tensor, k_scale: float, v_scale: float, isa: str) -> None:
+        """Capture a layer's written keys and values, and check the bytes the engine stored.
+
+        Raises:
+            EngineMismatchError: at a layer's first write (start-up), an ISA whose layout the
+                plugin does not read or bytes that differ from the model's (named by layer,
+                slot, kv head and channel). A later mismatch fails the step's requests
+                closed instead.
+        """
         n = int(slot_mapping.shape[0])
         if n == 0 or kv_cache.numel() == 0:
             return
         self._allocate(kv_cache, key)
-        assert self.fmt is not None
+        layout = cache_layout(isa)
+        if self.layout is None:
+            self.layout = layout
+        elif layout is not self.layout:
+            raise EngineMismatchError("CPU attention ISA", self.layout.value, isa)
+        if layer not in self._checked and self.fmt is not None and self.fmt.fp8 is not None:
+            for what, scale in (("key", k_scale), ("value", v_scale)):
+                try:
+                    float32_scale(scale)
+                except InvalidValueError as exc:
+                    raise EngineMismatchError(f"{what} scale (layer {layer})",
+                                              "a positive finite scale float32 holds",
+                                              repr(scale)) from exc
+        slots = slot_mapping.to(torch.int64)
         if self._slots is None:  # every layer of a step writes the same slots
-            self._slots = slot_mapping.to(torch.int64).clone()
+            self._slots = slots.clone()
         incoming = key[:n].clone()
-        if layer not in self._checked:  # once per layer, at its first write (warm-up)
-            slots = slot_mapping.to(torch.int64)
-            stored = stored_keys([kv_cache], torch.clamp(slots, min=0), fmt=self.fmt,
-                                 k_scales=[k_scale])[0]
-            self._check_layout(layer, incoming, stored, slots, k_scale)
-        self._writes[layer] = incoming
-        self._caches[layer] = (kv_cache, k_scale)
-
-    def _check_layout(self, layer: int, incoming: torch.Tensor, stored: torch.Tensor,
-                      slots: torch.Tensor, k_scale: float) -> None:
-        # The keys read back must be the keys just written: exactly for a cache in the
-        # model's dtype, within fp8 rounding (3 mantissa bits) for an fp8 cache. A changed
-        # layout reads other elements and misses by the keys' own size.
-        ok = slots >= 0
-        k = incoming[ok].to(torch.float64)
-        s = stored[ok]
-        if self.fmt is CacheFormat.MODEL_DTYPE:
-            good = bool(torch.equal(k, s))
-        else:
-            err = (k - s).norm(dim=-1)
-            tol = 0.0625 * k.norm(dim=-1) + (2.0 ** -8) * abs(k_scale) * k.shape[-1] ** 0.5
-            good = bool((err <= tol).all())
-        if not good:
-            raise EngineMismatchError(
-                f"KV cache key layout (layer {layer}, {self.kv_cache_dtype})",
-                "keys stored as [head_dim, block_size] per (block, kv head), read back as written",
-                "the keys read back differ from the keys written")
+        values = value[:n].clone() if self.config.repair else value[:n]
+        try:
+            self._check_bytes(layer, incoming, values, kv_cache, slots, k_scale, v_scale)
+        except EngineMismatchError as exc:
+            if layer not in self._checked:
+                raise
+            self._mismatch = f"{type(exc).__name__}: {exc}"
         self._checked.add(layer)
+        self._writes[layer] = (incoming, values)
+        self._caches[layer] = (kv_cache, k_scale, v_scale)
 
-    def read(self, layer: int, query: torch.Tensor, metadata: Any) -> None:
-        """Capture a layer's queries (and the step's metadata, shared by every layer)."""
+    def _check_bytes(self, layer: int, key: torch.Tensor, value: torch.Tensor,
+                     kv_cache: torch.Tensor, slots: torch.Tensor, k_scale: float,
+                     v_scale: float) -> None:
+        # The elements the engine stored must be the model's, exactly, keys and values: the
+        # layout, the quantizer and the scale, checked on every write.
+        assert self.fmt is not None and self.layout is not None
+        ok = slots >= 0
+        written = slots[ok]
+        fp8 = self.fmt.fp8
+        for part, x, scale, what in ((0, key, k_scale, "key"), (1, value, v_scale, "value")):
+            stored = stored_elements([kv_cache], written, layout=self.layout, part=part)[0]
+            expected = x[ok].to(kv_cache.dtype) if fp8 is None else \
+                engine_codes(x[ok], scale=scale, fmt=fp8)
+            check_bytes(stored, expected, what=what, layer=layer, slots=written)
+
+    def read(self, layer: int, query: torch.Tensor, metadata: Any, output: torch.Tensor
+             ) -> None:
+        """Capture a layer's queries (and the step's metadata, shared by every layer); with
+        repair on, meter the layer now and repair its output in place."""
         n = int(metadata.num_actual_tokens)
         if self._metadata is None:
             self._metadata = metadata
@@ -237,22 +303,138 @@ class Monitor:
             raise EngineMismatchError("attention metadata", "one object shared by every layer",
                                       "layers with different metadata (several KV groups)")
         self._reads[layer] = query[:n].clone()
+        if self.gate is not None and self.buffer is not None:
+            self._repair(layer, output[:n].view(n, self.num_heads, -1))
 
     # ----------------------------------------------------------------- the step
-    def begin(self, scheduler_output: Any) -> None:
+    def begin(self, runner: Any, scheduler_output: Any) -> None:
         """Before a step: verdicts of finished requests; forget the previous captures."""
         self._writes.clear()
         self._slots = None
         self._reads.clear()
+        self._metered.clear()
+        self._bases.clear()
         self._metadata = None
+        self._step = None
+        self._mismatch = None
+        self._runner, self._scheduled = runner, scheduler_output
         if self.accounts is None or self.positions is None:
             return
         for seat, verdict in self.accounts.finish_all(scheduler_output.finished_req_ids):
             self.positions.clear(seat)
+            if self.gate is not None:
+                self.gate.clear(seat)
             self.store.put(verdict)
 
+    def _prepare(self) -> _Step:
+        # The step's layout and requests; the written slots' generations; each request's
+        # visible slots checked against what it expects (stale or unwritten slots found).
+        if self._step is not None:
+            return self._step
+        buffer, positions, accounts = self.buffer, self.positions, self.accounts
+        assert buffer is not None and positions is not None and accounts is not None
+        if self.rope is None:
+            self.rope = _rope_layout(self._runner.get_model())
+        bs = int(next(iter(self._caches.values()))[0].shape[2])
+        step, requests = step_requests(self._metadata, block_size=bs, runner=self._runner,
+                                       scheduler_output=self._scheduled)
+        tallies = [accounts.tally(r) for r in requests]
+        seats = torch.tensor([t.seat for t in tallies], dtype=torch.int64)
+        if self._writes:
+            assert self._slots is not None
+            slots = self._slots[:step.rows]
+            gens = buffer.bump(slots)
+            positions.wrote(seats[step.row_request], step.row_position, slots, gens)
+        codes = positions.check(seats, step.slots, step.visible, buffer)
+        self._step = _Step(step, requests, tallies, seats, codes, row_groups(step))
+        return self._step
+
+    def _put_witnesses(self, layers: list[int], rows: int) -> None:
+        # The written slots' band witnesses (and exact entries) of ``layers``, at once.
+        buffer = self.buffer
+        assert buffer is not None and self.fmt is not None and self.rope is not None
+        assert self._slots is not None and self.layout is not None
+        slots = self._slots[:rows]
+        incoming = torch.stack([self._writes[i][0][:rows] for i in layers])
+        w = torch.zeros((len(layers), rows, incoming.shape[2], self.config.bands),
+                        dtype=torch.float32)
+        if self.config.bands:
+            stored = stored_keys([self._caches[i][0] for i in layers], slots, fmt=self.fmt,
+                                 k_scales=[self._caches[i][1] for i in layers],
+                                 layout=self.layout)
+            w = write_witnesses(incoming, stored, bands=self.config.bands, layout=self.rope)
+        exact = incoming if buffer.exact is not None else None
+        values = torch.stack([self._writes[i][1][:rows] for i in layers]) \
+            if buffer.exact_values is not None else None
+        buffer.put(torch.tensor(layers), slots, w, exact, values)
+
+    def _side(self, layer: int, step: StepLayout) -> tuple[KeySide, torch.Tensor | None]:
+        # What layer ``layer``'s meter reads of the visible keys (and, for the gate, the
+        # stored values): one gather of the raw elements, dequantized exactly.
+        buffer = self.buffer
+        assert buffer is not None and self.fmt is not None and self.layout is not None
+        cache, k_scale, v_scale = self._caches[layer]
+        keys = bounds = None
+        if self.config.form == "meter" or buffer.exact is not None or self._format_witness:
+            raw = stored_elements([cache], step.slots, layout=self.layout, heads_first=True)
+            if self.config.form == "meter" or buffer.exact is not None:
+                keys = dequantize(raw, fmt=self.fmt, scales=[k_scale],
+                                  scratch=None if self.gate is not None else self._scratch)[0]
+            if self._format_witness:
+                fp8 = self.fmt.fp8
+                # a model-dtype cache holds the model's keys exactly (checked on every write)
+                bounds = torch.zeros(raw.shape[1:], dtype=torch.float64) if fp8 is None else \
+                    format_witness(raw[0], fmt=fp8, rounding=ROUNDING,
+                                   scale=float32_scale(k_scale))
+        witnesses = buffer.witness[layer, step.slots] if self.config.bands else None
+        exact = buffer.exact[layer, step.slots] if self.config.audit and \
+            buffer.exact is not None else None
+        values = None
+        if self.gate is not None:
+            raw_v = stored_elements([cache], step.slots, layout=self.layout, part=1,
+                                    heads_first=True)
+            values = dequantize(raw_v, fmt=self.fmt, scales=[v_scale])[0]
+        return KeySide(keys, witnesses, bounds, exact), values
+
+    def _meter(self, layer: int, step: StepLayout, side: KeySide, groups: list[RowGroup], *,
+               keep: bool = False) -> LayerMeter:
+        query = self._reads[layer].reshape(step.rows, self.num_heads, -1)
+        return meter_layer(step, queries=query, side=side,
+                           kv_heads=int(self._caches[layer][0].shape[1]), scale=self.scale,
+                           layout=self.rope or RopeLayout.HALF_SPLIT, form=self.config.form,
+                           groups=groups, keep=keep)
+
+    def _repair(self, layer: int, output: torch.Tensor) -> None:
+        # Repair mode: meter this layer now, repair its cells above tau in the output.
+        if layer not in self._writes:
+            return  # a layer that never wrote keeps no witness: coverage fails at the end
+        st = self._prepare()
+        buffer, positions, gate = self.buffer, self.positions, self.gate
+        assert buffer is not None and positions is not None and gate is not None
+        self._put_witnesses([layer], st.step.rows)
+        side, values = self._side(layer, st.step)
+        lm = self._meter(layer, st.step, side, st.groups, keep=True)
+        assert values is not None
+        ok = (st.codes == 0) & (self._mismatch is None)
+        try:
+            last = torch.zeros(st.step.rows, dtype=torch.bool)
+            last[torch.cumsum(st.step.q_lens, 0) - 1] = True  # each request's last row
+            done = gate.repair(layer, st.step, lm, side, seats=st.seats, ok=ok, buffer=buffer,
+                               positions=positions, values=values, output=output,
+                               remeter=lambda mixed, groups: self._meter(
+                                   layer, st.step, mixed, groups, keep=True),
+                               rows=None if self.config.repair_every_row else last)
+        except WitcertError as exc:  # a backing-store read refused: fail the step closed
+            self._mismatch = f"{type(exc).__name__}: {exc}"
+            zeros = torch.zeros(st.step.requests, dtype=torch.int64)
+            done = LayerRepair(lm.meter, lm.true_tv, zeros, zeros, zeros, zeros,
+                               zeros.to(torch.float64), (lm.basis,))
+        self._metered[layer] = done
+        self._bases.extend(done.bases)
+
     def end(self, runner: Any, scheduler_output: Any) -> None:
-        """After a step: meter every captured cell and fold it into the accounts."""
+        """After a step: meter every captured cell (repair mode: gather what each layer's
+        repair metered) and fold it into the accounts."""
         md = self._metadata
         if md is None or not self._reads:
             if self.n_layers == 0 and int(scheduler_output.total_num_scheduled_tokens) > 0:
@@ -260,61 +442,47 @@ class Monitor:
                     "attention backend", "CPU_ATTN (re-pointed by the witcert plugin)",
                     "another backend: no layer of the model runs the metered implementation")
             return
-        buffer, positions, accounts = self.buffer, self.positions, self.accounts
-        assert buffer is not None and positions is not None and accounts is not None
-        assert self.fmt is not None
-        if self.rope is None:
-            self.rope = _rope_layout(runner.get_model())
-        bs = int(next(iter(self._caches.values()))[0].shape[2])
-        step, requests = step_requests(md, block_size=bs, runner=runner,
-                                       scheduler_output=scheduler_output)
-        q_lens = step.q_lens.tolist()
-        tallies = [accounts.tally(r) for r in requests]
-        seats = torch.tensor([t.seat for t in tallies], dtype=torch.int64)
+        accounts = self.accounts
+        assert accounts is not None and self.buffer is not None and self.positions is not None
+        st = self._prepare()
+        step = st.step
         written = sorted(self._writes)
         read = sorted(self._reads)
-        if written:
-            assert self._slots is not None
-            slots = self._slots[:step.rows]
-            incoming = torch.stack([self._writes[i][:step.rows] for i in written])
-            stored = stored_keys([self._caches[i][0] for i in written], slots, fmt=self.fmt,
-                                 k_scales=[self._caches[i][1] for i in written])
-            w = write_witnesses(incoming, stored, bands=self.config.bands, layout=self.rope)
-            if len(written) != self.n_layers:  # a layer not captured keeps no witness
-                full = torch.full((self.n_layers, *w.shape[1:]), torch.inf,
-                                  dtype=torch.float32)
-                full[written] = w
-                w = full
-            exact = None
-            if buffer.exact is not None:
-                exact = torch.zeros((self.n_layers, *incoming.shape[1:]),
-                                    dtype=buffer.exact.dtype)
-                exact[written] = incoming.to(buffer.exact.dtype)
-            gens = buffer.write(slots, w, exact)
-            positions.wrote(seats[step.row_request], step.row_position, slots, gens)
-        codes = positions.check(seats, step.slots, step.visible, buffer)
-        keys = None
-        if self.config.form == "meter" or buffer.exact is not None:
-            keys = visible_keys([self._caches[i][0] for i in read], step.slots, fmt=self.fmt,
-                                k_scales=[self._caches[i][1] for i in read],
-                                scratch=self._scratch)
-        every = len(read) == self.n_layers  # slots first: never copy a whole buffer
-        witnesses = buffer.witness[:, step.slots]
-        witnesses = witnesses if every else witnesses[read]
-        exact_keys = None
-        if buffer.exact is not None:
-            exact_keys = buffer.exact[:, step.slots]
-            exact_keys = exact_keys if every else exact_keys[read]
-        queries = torch.stack([self._reads[i] for i in read])
-        m = meter_rows(step, queries=queries.view(len(read), step.rows, self.num_heads, -1),
-                       keys=keys, witnesses=witnesses, scale=self.scale, layout=self.rope,
-                       tau=self.config.tau, exact_keys=exact_keys, form=self.config.form)
-        evidence = m.basis.evidence(*m.theorems)
-        for i, code in enumerate(codes.tolist()):
+        if self.gate is None:
+            if written:
+                self._put_witnesses(written, step.rows)
+            metered = [i for i in read if i in self._caches]
+            layers = [self._meter(i, step, self._side(i, step)[0], st.groups) for i in metered]
+            meters = {i: m.meter for i, m in zip(metered, layers, strict=True)}
+            trues = {i: m.true_tv for i, m in zip(metered, layers, strict=True)}
+            bases = [m.basis for m in layers]
+            theorems = layers[0].theorems if layers else (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+        else:
+            meters = {i: m.meter for i, m in self._metered.items()}
+            trues = {i: m.true_tv for i, m in self._metered.items()}
+            bases = self._bases
+            theorems = (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+            accounts.add_repairs(st.tallies, list(self._metered.values()))
+        # a layer that read without writing witnesses keeps none: its cells saturate
+        full = torch.full((len(read), step.rows, self.num_heads), torch.inf, dtype=torch.float64)
+        for k, i in enumerate(read):
+            if i in meters:
+                full[k] = meters[i]
+        audited = None
+        if self.config.audit and all(trues.get(i) is not None for i in read):
+            audited = torch.stack([trues[i] for i in read])  # type: ignore[misc]
+        summary = summarize(full, audited, step, tau=self.config.tau)
+        evidence = merge_bases(bases).evidence(*theorems) if bases else None
+        for i, code in enumerate(st.codes.tolist()):
             if code:
-                self._fail(tallies[i], code, step.slots[i], step.visible[i], buffer, positions)
-        accounts.add_step(tallies, m.summary.tolist(), q_lens, written=written, read=read,
-                          evidence=evidence)
+                self._fail(st.tallies[i], code, step.slots[i], step.visible[i], self.buffer,
+                           self.positions)
+            elif self._mismatch is not None:
+                accounts.fail(st.tallies[i], self._mismatch)
+            elif evidence is None:  # no evidence, no certificate
+                accounts.fail(st.tallies[i], "no layer of the step was metered")
+        accounts.add_step(st.tallies, summary.tolist(), step.q_lens.tolist(), written=written,
+                          read=[i for i in read if i in meters], evidence=evidence)
 
     def _fail(self, t: RequestTally, code: int, slots: torch.Tensor, visible: torch.Tensor,
               buffer: SlotWitnesses, positions: Positions) -> None:
@@ -377,8 +545,9 @@ class WitcertCPUAttentionImpl(cpu_attn.CPUAttentionBackendImpl):  # type: ignore
     def do_kv_cache_update(self, layer: Any, key: torch.Tensor, value: torch.Tensor,
                            kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         super().do_kv_cache_update(layer, key, value, kv_cache, slot_mapping)
-        self._witcert.wrote(self._index(layer), key, kv_cache, slot_mapping,
-                            float(layer._k_scale_float))
+        self._witcert.wrote(self._index(layer), key, value, kv_cache, slot_mapping,
+                            float(layer._k_scale_float), float(layer._v_scale_float),
+                            str(getattr(layer, "isa", "")))
 
     def forward(self, layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata: Any, output: torch.Tensor,
@@ -387,7 +556,7 @@ class WitcertCPUAttentionImpl(cpu_attn.CPUAttentionBackendImpl):  # type: ignore
         out: torch.Tensor = super().forward(layer, query, key, value, kv_cache, attn_metadata,
                                             output, output_scale, output_block_scale)
         if attn_metadata is not None:
-            self._witcert.read(self._index(layer), query, attn_metadata)
+            self._witcert.read(self._index(layer), query, attn_metadata, output)
         return out
 
 
@@ -413,7 +582,7 @@ def _wrap_runner(get_monitor: Callable[[], Any]) -> None:
 
     def execute_model(self: Any, scheduler_output: Any, intermediate_tensors: Any = None) -> Any:
         mon = get_monitor()
-        mon.begin(scheduler_output)
+        mon.begin(self, scheduler_output)
         out = original(self, scheduler_output, intermediate_tensors)
         mon.end(self, scheduler_output)
         return out

@@ -31,16 +31,7 @@ from typing import Any, Final, final
 from witcert_adapters.vllm_plugin.config import ENV_VAR, PluginConfig
 from witcert_calculus.errors import InvalidValueError
 
-__all__ = ["FP8_NOT_METERED", "Server", "engine_env", "engine_python", "fp8_supported",
-           "run_offline"]
-
-#: Why the demo, the server tests and the benchmark serve no fp8 cache: the plugin's
-#: warm-up check finds that the keys vLLM's CPU fp8 kernels store do not read back as the
-#: keys written under the layout it reads, and refuses to serve unmetered
-#: (``tests/adapters/test_vllm_engine.py`` runs that refusal where vLLM serves fp8).
-FP8_NOT_METERED = ("fp8: not metered here (the plugin reads no fp8 key layout of vLLM's CPU "
-                   "build: its fp8 kernels need AVX-512 or AMX, and the keys they store do not "
-                   "read back as written, so the plugin refuses such a cache at start-up)")
+__all__ = ["Server", "engine_env", "engine_python", "fp8_supported", "run_offline"]
 
 _ROOT: Final = Path(__file__).resolve().parents[3]
 
@@ -95,8 +86,8 @@ def engine_env(config: PluginConfig | None, *, base: Mapping[str, str] | None = 
 
 def run_offline(config: PluginConfig | None, *, model: Path, kv: str, prompts: Sequence[str],
                 max_tokens: int = 16, batch_sizes: Sequence[int] = (), repeat: int = 3,
-                plugins: bool = True, extra: Sequence[str] = (), timeout: float = 600.0
-                ) -> dict[str, Any]:
+                plugins: bool = True, extra: Sequence[str] = (), timeout: float = 600.0,
+                kv_space_gib: int = 1) -> dict[str, Any]:
     """Run :mod:`.offline` in the engine's environment and return its JSON record.
 
     Raises:
@@ -109,7 +100,8 @@ def run_offline(config: PluginConfig | None, *, model: Path, kv: str, prompts: S
                "--max-tokens", str(max_tokens), "--repeat", str(repeat),
                "--batch-sizes", ",".join(str(b) for b in batch_sizes), "--out", str(out),
                *extra]
-        proc = subprocess.run(cmd, env=engine_env(config, plugins=plugins), cwd=tmp,
+        proc = subprocess.run(cmd, env=engine_env(config, plugins=plugins,
+                                                  kv_space_gib=kv_space_gib), cwd=tmp,
                               capture_output=True, text=True, timeout=timeout, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"engine exited with {proc.returncode}:\n"
@@ -137,20 +129,24 @@ class Server:
         model: the model folder; ``kv``: the KV cache dtype.
         startup: seconds to wait for ``/health``.
         log: where the server's output goes.
+        extra: more arguments for vLLM's server; ``max_model_len``: its longest request;
+        kv_space_gib: its KV cache space.
     """
 
     def __init__(self, config: PluginConfig | None, *, model: Path, kv: str, log: Path,
-                 startup: float = 300.0, extra: Sequence[str] = ()) -> None:
+                 startup: float = 300.0, extra: Sequence[str] = (), max_model_len: int = 1024,
+                 kv_space_gib: int = 1) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         cmd = [str(engine_python()), "-m", "witcert_adapters.vllm_plugin.serve",
                "--model", str(model), "--kv-cache-dtype", kv, "--dtype", "bfloat16",
                "--host", "127.0.0.1", "--port", str(self.port), "--enforce-eager",
-               "--max-model-len", "1024", "--max-num-seqs", "16",
+               "--max-model-len", str(max_model_len), "--max-num-seqs", "16",
                "--served-model-name", "smollm2", *extra]
         with log.open("w") as f:
-            self.proc = subprocess.Popen(cmd, env=engine_env(config), stdout=f,
+            self.proc = subprocess.Popen(cmd, env=engine_env(config, kv_space_gib=kv_space_gib),
+                                         stdout=f,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + startup
         while True:

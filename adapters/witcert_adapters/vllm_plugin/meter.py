@@ -1,44 +1,57 @@
-"""One engine step metered at once: every layer, head and query row of every request.
+"""One engine step metered: every layer, head and query row of every request.
 
-The plugin captures, per layer, the step's queries and the keys it wrote; at the end of
-the step everything is evaluated in one batch over ``[layers, rows, heads]`` (no host loop
-over layers, tokens or requests):
+The plugin captures, per layer, the step's queries and the keys it wrote, and evaluates a
+layer's cells in a few batched tensor operations (no host loop over tokens):
 
-1. write side: the witness of each written slot is the band norm of the residual between
-   the incoming key and the key as the cache holds it (:func:`write_witnesses`);
-2. read side: for every row, over its request's visible tokens (block table -> slots,
-   causal within a prefill chunk), the Tier-A logit bound
-   ``c_t = scale * sum_b ||q_b|| w_{t,b}`` from the stored witnesses and the live query
-   (an established :class:`~witcert_calculus.witness.LogitBound`), the compressed
-   attention ``p~`` recomputed from the stored keys in float64, and the TV meter
-   ``min(e-form, two-sided)`` of :func:`witcert_kernels.meter.tv_bounds_batch` (or, in the
-   cheap form, ``tanh(max c)`` of :func:`witcert_kernels.meter.tv_tanh_max_batch`, which
-   needs neither keys nor ``p~``);
+1. write side: the band witness of each written slot is the band norm of the residual
+   between the incoming key and the key as the cache holds it (:func:`write_witnesses`);
+   an fp8 cache's bytes also carry their own per-channel *format witness*
+   (:mod:`witcert_calculus.formats`), which costs no stored byte;
+2. read side, per layer (:func:`meter_layer`): for every row, over its request's visible
+   tokens (block table -> slots, causal within a prefill chunk), the Tier-A logit bound
+   ``c_t``: the band bound ``scale * sum_b ||q_b|| w_{t,b}``, the format bound
+   ``scale * sum_c |q_c| w_{t,c}``, or per token the smaller of the two (each an
+   established :class:`~witcert_calculus.witness.LogitBound`, their minimum by
+   :func:`~witcert_calculus.witness.tighter`); the compressed attention ``p~`` recomputed
+   from the stored keys in float64; and the TV meter ``min(e-form, two-sided)`` of
+   :func:`witcert_kernels.meter.tv_bounds_batch` (or, in the cheap form, ``tanh(max c)`` of
+   :func:`witcert_kernels.meter.tv_tanh_max_batch`, which needs neither keys nor ``p~``);
 3. with audit keys, the true ``TV(p, p~)`` against exact attention on the unquantized keys;
-4. per request, the step's tallies, packed in one float64 tensor (one host read per step).
+4. per request, the step's tallies, packed in one float64 tensor (:func:`summarize`; one
+   host read per step).
+
+Rows are grouped for the batched products (:func:`row_groups`): every decode row of the
+step in one group (one row per request), each prefill chunk in a group of its own (one
+request, many rows), so a request's keys are never copied per row.
 
 Main declarations
 -----------------
-- :func:`write_witnesses`, :func:`meter_rows`, :func:`summary_columns`, :class:`StepMeter`,
-  :data:`SUMMARY`.
+- :func:`write_witnesses`, :func:`meter_layer` (one layer), :func:`meter_step` (a step),
+  :func:`summarize`, :func:`summary_columns`, :func:`row_groups`, :func:`merge_bases`.
+- :class:`KeySide`, :class:`RowGroup`, :class:`GroupCells`, :class:`LayerMeter`,
+  :class:`StepMeter`, :data:`SUMMARY`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, final
+from typing import Any, Final, final
 
 import torch
 
 from witcert_adapters.vllm_plugin.paged import StepLayout
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.tv_forms import TVBasis
-from witcert_calculus.witness import RopeLayout
 from witcert_calculus.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_kernels.meter import band_norms, logit_bound, round_up_f32, tv_bounds_batch, \
-    tv_tanh_max_batch
+from witcert_calculus.tv_forms import TVBasis
+from witcert_calculus.witness import LogitBound, RopeLayout, tighter
+from witcert_kernels.meter import band_norms, format_logit_bound, logit_bound, round_up_f32, \
+    tv_bounds_batch, tv_tanh_max_batch
 
-__all__ = ["SUMMARY", "StepMeter", "meter_rows", "summary_columns", "write_witnesses"]
+__all__ = ["SUMMARY", "GroupCells", "KeySide", "LayerMeter", "RowGroup", "StepMeter",
+           "meter_layer", "meter_step", "merge_bases", "row_groups", "summarize",
+           "summary_columns",
+           "write_witnesses"]
 
 _F64 = torch.float64
 
@@ -54,13 +67,105 @@ def write_witnesses(incoming: torch.Tensor, stored: torch.Tensor, *, bands: int,
     Args:
         incoming: ``[..., d]`` the keys the model computed.
         stored: ``[..., d]`` float64, the same keys as the cache holds them.
-        bands: witness bands; ``layout``: the rotary pair layout of the keys.
+        bands: witness bands (0: an empty witness); ``layout``: the keys' rotary layout.
 
     Returns:
         ``[..., bands]`` float32, every entry >= the exact band norm of the residual.
     """
+    if bands == 0:
+        return torch.zeros((*incoming.shape[:-1], 0), dtype=torch.float32)
     residual = incoming.to(_F64) - stored
     return round_up_f32(band_norms(residual, bands=bands, layout=layout))
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class KeySide:
+    """What one layer's meter reads of every request's visible keys.
+
+    Attributes:
+        keys: ``[R, kvh, S, d]`` float64 keys as the cache holds them (``None`` for the cheap
+            form without audit).
+        witnesses: ``[R, S, kvh, B]`` band witnesses (``None``: no bands kept).
+        bounds: ``[R, kvh, S, d]`` per-channel format witnesses (``None``: not used).
+        exact: ``[R, S, kvh, d]`` the unquantized keys (audit mode).
+    """
+
+    keys: torch.Tensor | None
+    witnesses: torch.Tensor | None
+    bounds: torch.Tensor | None = None
+    exact: torch.Tensor | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RowGroup:
+    """Rows metered together: ``N`` requests with ``Q`` rows each.
+
+    Attributes:
+        requests: ``[N]`` request indices of the step.
+        rows: ``[N, Q]`` the rows (indices into the step's rows), in position order.
+    """
+
+    requests: torch.Tensor
+    rows: torch.Tensor
+
+
+def row_groups(step: StepLayout) -> list[RowGroup]:
+    """Every decode row of the step in one group; each multi-row request in its own."""
+    q_lens = [int(q) for q in step.q_lens]
+    starts = [0]
+    for q in q_lens:
+        starts.append(starts[-1] + q)
+    single = [r for r, q in enumerate(q_lens) if q == 1]
+    groups: list[RowGroup] = []
+    if single:
+        groups.append(RowGroup(torch.tensor(single), torch.tensor([[starts[r]] for r in single])))
+    for r, q in enumerate(q_lens):
+        if q > 1:
+            groups.append(RowGroup(torch.tensor([r]), torch.arange(starts[r], starts[r] + q)
+                                   .unsqueeze(0)))
+    return groups
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class GroupCells:
+    """One group's cells of one layer, kept for the repairing gate.
+
+    Attributes:
+        group: the rows.
+        mask: ``[N, Q, S]`` each row's support (visible and causal).
+        p: ``[N, kvh, G, Q, S]`` compressed attention ``p~``.
+        c: ``[N, kvh, G, Q, S]`` the logit bounds (values of the established bound).
+        meter: ``[N, kvh, G, Q]`` raw meters; ``eform``: the e-form alone.
+    """
+
+    group: RowGroup
+    mask: torch.Tensor
+    p: torch.Tensor
+    c: torch.Tensor
+    meter: torch.Tensor
+    eform: torch.Tensor
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class LayerMeter:
+    """One layer's metered cells.
+
+    Attributes:
+        meter: ``[T, H]`` raw meter values (report ``min(1, .)``).
+        true_tv: ``[T, H]`` audited true TV (``None`` without audit keys).
+        basis: what the layer's bounds rest on; ``theorems``: the form's Lean theorems.
+        cells: per group, what the repairing gate needs (kept when asked).
+    """
+
+    meter: torch.Tensor
+    true_tv: torch.Tensor | None
+    basis: TVBasis
+    theorems: tuple[str, ...]
+    cells: tuple[GroupCells, ...] = ()
 
 
 @final
@@ -90,12 +195,6 @@ def _segment_max(x: torch.Tensor, index: torch.Tensor, n: int) -> torch.Tensor:
     return out.scatter_reduce(0, index, x.to(_F64), reduce="amax", include_self=True)
 
 
-def _by_row(per_request: torch.Tensor, step: StepLayout) -> torch.Tensor:
-    # [L, R, ...] -> [L, T, ...]; a decode-only step (one row per request, in order) needs
-    # no row gather.
-    return per_request if step.rows == step.requests else per_request[:, step.row_request]
-
-
 def summary_columns(meter: torch.Tensor, step: StepLayout, *, tau: float) -> list[torch.Tensor]:
     """The first eight :data:`SUMMARY` columns of a step's raw meters ``[L, T, H]``, one entry
     per request: cells, covered (reported ``min(1, meter) <= tau``), saturated, NaN, the worst
@@ -121,67 +220,165 @@ def summary_columns(meter: torch.Tensor, step: StepLayout, *, tau: float) -> lis
             step.row_position[worst_row].to(_F64)]
 
 
-def meter_rows(step: StepLayout, *, queries: torch.Tensor, keys: torch.Tensor | None,
-               witnesses: torch.Tensor, scale: float, layout: RopeLayout, tau: float,
-               exact_keys: torch.Tensor | None = None, form: str = "meter") -> StepMeter:
-    """Meter every (layer, row, head) cell of one step.
+def merge_bases(bases: Sequence[TVBasis]) -> TVBasis:
+    """One basis for many bounds issued by the same code path: the same logit evidence,
+    each premise the conjunction of its truths (device tensors are combined on the device).
+
+    Raises:
+        InvalidValueError: no basis, or bases from different paths (evidence or premises
+            that differ).
+    """
+    if not bases:
+        raise InvalidValueError("bases", 0, "at least one TV basis is needed")
+    first = bases[0]
+    for b in bases[1:]:
+        if b.logit != first.logit or b.delta != first.delta or b.also != first.also or \
+                [s for s, _ in b.checks] != [s for s, _ in first.checks]:
+            raise InvalidValueError("bases", "bounds of different paths",
+                                    "must rest on the same evidence to be merged")
+    checks = tuple((statement, _all([b.checks[i][1] for b in bases]))
+                   for i, (statement, _) in enumerate(first.checks))
+    return TVBasis(checks=checks, logit=first.logit, delta=first.delta, also=first.also)
+
+
+def _all(truths: Sequence[object]) -> object:
+    out: Any = truths[0]
+    for t in truths[1:]:
+        out = out & t
+    return out
+
+
+def _group_logits(q: torch.Tensor, keys: torch.Tensor, scale: float) -> torch.Tensor:
+    # q [N, kvh, G, Q, d], keys [N, kvh, S, d] -> [N, kvh, G, Q, S], one product per kv head
+    n, kvh, g, qn, d = (int(x) for x in q.shape)
+    flat = torch.matmul(q.reshape(n, kvh, g * qn, d), keys.transpose(-1, -2))
+    return (scale * flat).view(n, kvh, g, qn, -1)
+
+
+def _bound(q: torch.Tensor, side: KeySide, group: RowGroup, visible: torch.Tensor,
+           mask: torch.Tensor, *, scale: float, layout: RopeLayout
+           ) -> LogitBound[torch.Tensor]:
+    # The group's established logit bound: bands, format, or per token the smaller.
+    parts: list[LogitBound[torch.Tensor]] = []
+    req = group.requests
+    if side.witnesses is not None and int(side.witnesses.shape[-1]) > 0:
+        w = side.witnesses[req].permute(0, 2, 1, 3).unsqueeze(2).unsqueeze(3)  # [N,kvh,1,1,S,B]
+        w = torch.where(mask.view(*mask.shape[:1], 1, 1, *mask.shape[1:], 1), w.to(_F64), 0.0)
+        parts.append(logit_bound(q, w, scale=scale, layout=layout))
+    if side.bounds is not None:
+        # tokens no row of the request sees carry no witness; causally masked tokens of a
+        # chunk keep theirs (true bounds; p~ is 0 there, so only tanh(max c) sees them)
+        wf = torch.where(visible[req].view(-1, 1, int(visible.shape[1]), 1),
+                         side.bounds[req], 0.0)
+        parts.append(format_logit_bound(q, wf, scale=scale))
+    if not parts:
+        raise InvalidValueError("witnesses", None, "the meter needs band witnesses, format "
+                                "witnesses, or both")
+    return parts[0] if len(parts) == 1 else tighter(parts[0], parts[1])
+
+
+def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_heads: int,
+                scale: float, layout: RopeLayout, form: str = "meter",
+                groups: Sequence[RowGroup] | None = None, keep: bool = False) -> LayerMeter:
+    """Meter every (row, head) cell of one layer.
 
     Args:
         step: the step's rows and visible slots.
-        queries: ``[L, T, H, d]`` the live post-RoPE queries.
-        keys: ``[L, R, kvh, S, d]`` float64 stored keys of each request's visible tokens
-            (:func:`~witcert_adapters.vllm_plugin.paged.visible_keys`).
-        witnesses: ``[L, R, S, kvh, B]`` their band witnesses.
-        scale: the softmax scale; ``layout``: the rotary layout; ``tau``: coverage threshold.
-        exact_keys: ``[L, R, S, kvh, d]`` unquantized keys (audit mode).
-        form: ``"meter"`` (``min(e-form, two-sided)``, needs ``keys``) or ``"tanh"``
-            (``tanh(max c)``; ``keys`` only with ``exact_keys``, for the audit).
+        queries: ``[T, H, d]`` the layer's live post-RoPE queries.
+        side: the keys' side (:class:`KeySide`); ``kv_heads``: kv heads of the layer.
+        scale: the softmax scale; ``layout``: the rotary layout.
+        form: ``"meter"`` (``min(e-form, two-sided)``, needs ``side.keys``) or ``"tanh"``
+            (``tanh(max c)``; keys only for the audit).
+        groups: :func:`row_groups` of the step (computed when not given).
+        keep: keep each group's ``p~`` and ``c`` (:attr:`LayerMeter.cells`, for the gate).
 
     Returns:
-        The :class:`StepMeter`.
+        The :class:`LayerMeter`.
+
+    Raises:
+        InvalidValueError: the meter form without keys, or no witness at all.
     """
-    n_layers, rows, heads, dim = queries.shape
-    kvh = int(witnesses.shape[3])
-    group = heads // kvh
+    rows, heads, dim = (int(n) for n in queries.shape)
+    grp = heads // kv_heads
+    if form != "tanh" and side.keys is None:
+        raise InvalidValueError("keys", None, "the meter form needs the stored keys")
     width = int(step.slots.shape[1])
-    q = queries.to(_F64).view(n_layers, rows, kvh, group, dim)
     j = torch.arange(width)
-    causal = step.visible[step.row_request] & (j.unsqueeze(0) <= step.row_position.unsqueeze(1))
-    mask = causal.view(1, rows, 1, 1, width)  # [1, T, 1, 1, S]
-    p_tilde = None
-    if keys is not None:
-        logits = scale * torch.matmul(q, _by_row(keys, step).transpose(-1, -2))  # [L,T,kvh,G,S]
-        p_tilde = torch.softmax(logits.masked_fill(~mask, -torch.inf), dim=-1)
-    w_rows = _by_row(witnesses.permute(0, 1, 3, 2, 4), step).unsqueeze(3)
-    w_rows = torch.where(mask.unsqueeze(-1), w_rows.to(_F64), 0.0)  # [L, T, kvh, 1, S, B]
-    c = logit_bound(q, w_rows, scale=scale, layout=layout)
-    if form == "tanh":
-        raw, basis = tv_tanh_max_batch(c)
-        theorems: tuple[str, ...] = (SOFTMAX_TV_TANH_SOUND,)
-    else:
-        if p_tilde is None:
-            raise InvalidValueError("keys", None, "the meter form needs the stored keys")
-        # a row that sees one token has TV exactly 0 (Lean WitCert.Meters.tv_single_token)
-        visible = causal.sum(dim=-1).view(rows, 1, 1)
-        bounds = tv_bounds_batch(p_tilde, c, check=False, visible=visible)
-        raw, basis = bounds.meter, bounds.basis
-        theorems = (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
-    meter = raw.reshape(n_layers, rows, heads)
-    reported = torch.clamp(meter, max=1.0)
+    meter = torch.zeros(rows, heads, dtype=_F64)
+    true_tv = None if side.exact is None or side.keys is None else \
+        torch.zeros(rows, heads, dtype=_F64)
+    bases: list[TVBasis] = []
+    kept: list[GroupCells] = []
+    theorems: tuple[str, ...] = ((SOFTMAX_TV_TANH_SOUND,) if form == "tanh" else
+                                 (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND))
+    for group in (row_groups(step) if groups is None else groups):
+        req, idx = group.requests, group.rows
+        n, qn = (int(x) for x in idx.shape)
+        q = queries[idx].to(_F64).view(n, qn, kv_heads, grp, dim).permute(0, 2, 3, 1, 4)
+        mask = step.visible[req].unsqueeze(1) & \
+            (j.view(1, 1, width) <= step.row_position[idx].unsqueeze(-1))  # [N, Q, S]
+        c = _bound(q, side, group, step.visible, mask, scale=scale, layout=layout)
+        p = None
+        if side.keys is not None:
+            logits = _group_logits(q, side.keys[req], scale)
+            p = torch.softmax(logits.masked_fill(~mask.view(n, 1, 1, qn, width), -torch.inf),
+                              dim=-1)
+        if form == "tanh":
+            raw, basis = tv_tanh_max_batch(c)
+            eform = raw
+        else:
+            assert p is not None
+            # a row that sees one token has TV exactly 0 (Lean WitCert.Meters.tv_single_token)
+            bounds = tv_bounds_batch(p, c, check=False, visible=mask.sum(dim=-1).view(n, 1, 1, qn))
+            raw, basis, eform = bounds.meter, bounds.basis, bounds.eform
+        bases.append(basis)
+        meter[idx] = raw.permute(0, 3, 1, 2).reshape(n, qn, heads)
+        if true_tv is not None and p is not None:
+            assert side.exact is not None
+            exact = _group_logits(q, side.exact[req].permute(0, 2, 1, 3).to(_F64), scale)
+            p_true = torch.softmax(exact.masked_fill(~mask.view(n, 1, 1, qn, width), -torch.inf),
+                                   dim=-1)
+            tv = 0.5 * (p_true - p).abs().sum(dim=-1)
+            true_tv[idx] = tv.permute(0, 3, 1, 2).reshape(n, qn, heads)
+        if keep and p is not None:
+            kept.append(GroupCells(group, mask, p, c.values, raw, eform))
+    return LayerMeter(meter, true_tv, merge_bases(bases), theorems, tuple(kept))
+
+
+def meter_step(step: StepLayout, *, queries: torch.Tensor, sides: Sequence[KeySide],
+               kv_heads: int, scale: float, layout: RopeLayout, tau: float,
+               form: str = "meter") -> StepMeter:
+    """Meter every layer of a step (:func:`meter_layer` per layer) and summarize it.
+
+    Args:
+        queries: ``[L, T, H, d]``; ``sides``: one :class:`KeySide` per layer; the rest as
+            :func:`meter_layer`; ``tau``: the coverage threshold.
+    """
+    groups = row_groups(step)
+    layers = [meter_layer(step, queries=queries[i], side=side, kv_heads=kv_heads, scale=scale,
+                          layout=layout, form=form, groups=groups)
+              for i, side in enumerate(sides)]
+    meter = torch.stack([m.meter for m in layers])
+    audited = [m.true_tv for m in layers]
+    true_tv = None if any(t is None for t in audited) else \
+        torch.stack([t for t in audited if t is not None])
+    return StepMeter(summarize(meter, true_tv, step, tau=tau), meter,
+                     merge_bases([m.basis for m in layers]), layers[0].theorems)
+
+
+def summarize(meter: torch.Tensor, true_tv: torch.Tensor | None, step: StepLayout, *,
+              tau: float) -> torch.Tensor:
+    """The step's :data:`SUMMARY` rows from its raw meters ``[L, T, H]`` and, with audit, the
+    true TV ``[L, T, H]`` (one row per request)."""
     columns = summary_columns(meter, step, tau=tau)
     r, idx = step.requests, step.row_request
-    cells = columns[0]
-    if exact_keys is None or p_tilde is None:
+    if true_tv is None:
         zeros = torch.zeros(r, dtype=_F64)
         columns += [zeros, zeros, zeros, zeros]
     else:
-        k_exact = _by_row(exact_keys.permute(0, 1, 3, 2, 4), step).to(_F64)
-        exact_logits = scale * torch.matmul(q, k_exact.transpose(-1, -2))
-        p = torch.softmax(exact_logits.masked_fill(~mask, -torch.inf), dim=-1)
-        true_tv = (0.5 * (p - p_tilde).abs().sum(dim=-1)).reshape(n_layers, rows, heads)
-        excess = true_tv - reported
-        columns += [cells,  # every cell is audited
+        excess = true_tv - torch.clamp(meter, max=1.0)
+        columns += [columns[0],  # every cell is audited
                     _segment_sum((excess > 0).sum(dim=(0, 2)), idx, r),
                     _segment_max(true_tv.amax(dim=(0, 2)), idx, r),
                     _segment_max(excess.amax(dim=(0, 2)), idx, r)]
-    return StepMeter(torch.stack(columns, dim=1), meter, basis, theorems)
+    return torch.stack(columns, dim=1)

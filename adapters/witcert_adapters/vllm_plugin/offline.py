@@ -9,7 +9,13 @@ switch is read once per process::
         --prompts-json '["The capital of France is"]' --max-tokens 16
 
 It writes the prompts' token ids, text and timings, and (switch on) every request's
-verdict; the tests, the demo and the benchmark all drive the engine through it.
+verdict; the tests, the demo and the benchmark all drive the engine through it. With
+``--score-file`` (a JSON file: a list of ``[prompt, continuation]`` pairs) it also scores each
+continuation teacher-forced: the engine returns the full next-token distribution of every
+continuation token (one request per continuation token, sampling one token with ``logprobs=-1``; with
+``--prefix-caching`` the prompt's blocks are computed once); the distributions go to
+``--scores-out`` (an ``.npz`` of one ``[tokens, vocab]`` float32 array per item) and each
+item's prompt length, token ids and timing to the record.
 
 Main declarations
 -----------------
@@ -39,7 +45,8 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
               enforce_eager=not args.compile, max_model_len=args.max_model_len,
               max_num_seqs=args.max_num_seqs, seed=0,
               max_num_batched_tokens=args.max_num_batched_tokens,
-              enable_chunked_prefill=True, enable_prefix_caching=args.prefix_caching)
+              enable_chunked_prefill=True, enable_prefix_caching=args.prefix_caching,
+              max_logprobs=-1 if args.score_file else 20, logprobs_mode="raw_logprobs")
     started = time.perf_counter() - t0
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True,
                             logprobs=1)
@@ -53,6 +60,8 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
             t1 = time.perf_counter()
             llm.generate(prompts[:b], params, use_tqdm=False)
             timings.setdefault(str(b), []).append(time.perf_counter() - t1)
+    scored = _score(llm, json.loads(args.score_file.read_text()), args.scores_out) \
+        if args.score_file else None
     outputs = llm.generate(prompts, params, use_tqdm=False)
     record: dict[str, Any] = {
         "startup_s": started, "generate_s": timings,
@@ -61,6 +70,8 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
                       "logprobs": [float(next(iter(lp.values())).logprob)
                                    for lp in (o.outputs[0].logprobs or [])]}
                      for o in outputs]}
+    if scored is not None:
+        record["scored"] = scored
     config = active()
     if config is not None:
         from witcert_adapters.vllm_plugin.store import VerdictStore
@@ -68,9 +79,56 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
         # request makes that step happen, then the verdicts are awaited.
         llm.generate(["."], SamplingParams(max_tokens=1), use_tqdm=False)
         store = VerdictStore(config.store)
-        store.wait([r["request_id"] for r in record["requests"]], timeout=60.0)
+        ids = [r["request_id"] for r in record["requests"]] + \
+            [i for r in record.get("scored", []) for i in r["request_ids"]]
+        store.wait(ids, timeout=60.0)
         record["verdicts"] = [v.to_json() for v in store.all()]
     return record
+
+
+def _score(llm: Any, pairs: list[list[str]], out: Path | None) -> list[dict[str, Any]]:
+    # Teacher-forced scoring: for each item and each continuation token k, one request of
+    # the prompt and the first k continuation tokens that samples one token with every
+    # logprob (its full next-token distribution, raw). Requests go in waves by k, so with
+    # prefix caching each wave reuses the blocks the previous one cached.
+    import numpy as np
+    from vllm import SamplingParams, TokensPrompt
+
+    if out is None:
+        raise SystemExit("--score-file needs --scores-out")
+    tok = llm.get_tokenizer()
+    vocab = int(llm.llm_engine.model_config.get_vocab_size())
+    heads, fulls = [], []
+    for prompt, continuation in pairs:
+        head = tok(prompt).input_ids
+        full = tok(prompt + continuation).input_ids
+        if full[:len(head)] != head:
+            raise SystemExit(f"continuation {continuation!r} does not tokenize as a suffix")
+        heads.append(head)
+        fulls.append(full)
+    params = SamplingParams(temperature=0.0, max_tokens=1, logprobs=-1, detokenize=False,
+                            flat_logprobs=True)
+    rows: list[list[Any]] = [[] for _ in pairs]
+    ids: list[list[str]] = [[] for _ in pairs]
+    t0 = time.perf_counter()
+    for k in range(max(len(f) - len(h) for h, f in zip(heads, fulls, strict=True))):
+        wave = [i for i, (h, f) in enumerate(zip(heads, fulls, strict=True))
+                if len(h) + k < len(f)]
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=fulls[i][:len(heads[i]) + k])
+                                for i in wave], params, use_tqdm=False)
+        for i, o in zip(wave, outputs, strict=True):
+            flat = o.outputs[0].logprobs
+            a, b = flat.start_indices[0], flat.end_indices[0]
+            dense = np.full(vocab, -np.inf, dtype=np.float32)
+            dense[np.asarray(flat.token_ids[a:b])] = np.asarray(flat.logprobs[a:b])
+            rows[i].append(dense)
+            ids[i].append(o.request_id)
+    wall = time.perf_counter() - t0
+    arrays: dict[str, Any] = {f"item{i}": np.stack(r) for i, r in enumerate(rows)}
+    np.savez(out, **arrays)
+    return [{"request_ids": ids[i], "prompt_tokens": len(h), "token_ids": f[len(h):],
+             "wall_s": wall / len(pairs)} for i, (h, f) in enumerate(zip(heads, fulls,
+                                                                        strict=True))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -88,6 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-num-batched-tokens", type=int, default=1024)
     p.add_argument("--prefix-caching", action="store_true")
     p.add_argument("--compile", action="store_true", help="torch.compile (default: eager)")
+    p.add_argument("--score-file", type=Path,
+                   help="a JSON file: a list of [prompt, continuation] pairs to score")
+    p.add_argument("--scores-out", type=Path, help="the .npz the scored distributions go to")
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
     args.out.write_text(json.dumps(_run(args), indent=1))

@@ -1,11 +1,13 @@
-"""vLLM's paged CPU KV cache as the plugin reads it: slots, rows, stored keys.
+"""vLLM's paged CPU KV cache as the plugin reads it: slots, rows, stored keys and values.
 
 A layer's cache is one tensor ``[num_blocks, kv_heads, block_size, 2 * head_dim]``. Per
-(block, kv head) it holds ``2 * block_size * head_dim`` elements: first the keys, stored
-transposed as ``[head_dim, block_size]``, then the values as ``[block_size, head_dim]``.
-Engine slot ``s`` is token ``s % block_size`` of block ``s // block_size``. An fp8 cache
-holds ``uint8`` bytes of ``float8_e4m3fn`` (or ``e5m2``) values; the engine dequantizes
-them as ``value * k_scale``.
+(block, kv head) it holds ``2 * block_size * head_dim`` elements: first the keys, then the
+values, placed by the writer of the attention's ISA (:class:`CacheLayout`): for ``vec`` the
+keys transposed as ``[head_dim, block_size]`` and the values as ``[block_size, head_dim]``;
+``amx`` interleaves them in tiles. Engine slot ``s`` is token ``s % block_size`` of block
+``s // block_size``. An fp8 cache holds ``uint8`` bytes of ``float8_e4m3fn`` (or ``e5m2``)
+values, written by the rule of :mod:`.quantizer`; the engine reads them back as
+``value * scale``.
 
 A batch (one engine step) is given by the attention metadata every layer shares:
 ``query_start_loc`` (the query rows of each request, in order), ``seq_lens`` (the
@@ -17,8 +19,10 @@ Main declarations
 -----------------
 - :class:`StepLayout`: rows, positions and visible slots of one step; :func:`step_requests`
   (the step and its requests, from the engine's metadata); :func:`layer_index`.
-- :class:`CacheFormat` and :func:`cache_format`: how a KV cache dtype stores keys.
-- :func:`stored_keys`: the keys as the cache holds them, dequantized in float64;
+- :class:`CacheFormat` and :func:`cache_format`: how a KV cache dtype stores an element;
+  :class:`CacheLayout` and :func:`cache_layout`: where an ISA's writer puts it.
+- :func:`stored_elements`: the raw elements of slots (keys or values);
+  :func:`dequantize`: to float64, exactly; :func:`stored_keys`: both at once;
   :func:`visible_keys`: the same for every request's visible tokens, head-major.
 """
 
@@ -31,10 +35,13 @@ from typing import Any, Final, final
 
 import torch
 
+from witcert_adapters.vllm_plugin.quantizer import float32_scale
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError
+from witcert_calculus.formats import Fp8Format
 
-__all__ = ["CacheFormat", "StepLayout", "cache_format", "layer_index", "stored_keys",
-           "step_requests", "visible_keys"]
+__all__ = ["CacheFormat", "CacheLayout", "StepLayout", "cache_format", "cache_layout",
+           "dequantize", "layer_index", "step_requests", "stored_elements", "stored_keys",
+           "visible_keys"]
 
 
 @final
@@ -47,6 +54,12 @@ class CacheFormat(enum.Enum):
     """``uint8`` bytes of ``float8_e4m3fn``, times the layer's ``k_scale``."""
     FP8_E5M2 = "fp8_e5m2"
     """``uint8`` bytes of ``float8_e5m2``, times the layer's ``k_scale``."""
+
+    @property
+    def fp8(self) -> Fp8Format | None:
+        """The fp8 format of the bytes (``None`` for the model's dtype)."""
+        return {CacheFormat.FP8_E4M3: Fp8Format.E4M3,
+                CacheFormat.FP8_E5M2: Fp8Format.E5M2}.get(self)
 
 
 _FORMATS: Final = {"auto": CacheFormat.MODEL_DTYPE, "fp8": CacheFormat.FP8_E4M3,
@@ -72,16 +85,101 @@ def cache_format(kv_cache_dtype: str) -> CacheFormat:
     return fmt
 
 
-def _key_blocks(cache: torch.Tensor) -> torch.Tensor:
-    # One layer's keys as ``[num_blocks, kv_heads, head_dim, block_size]`` (a view).
-    nb, kvh, bs, two_d = cache.shape
-    return cache.view(nb, kvh, 2, two_d // 2, bs)[:, :, 0]
+@final
+class CacheLayout(enum.Enum):
+    """Where the CPU writer of an ISA puts token ``o`` (of a block) and channel ``c``.
+
+    Offsets are within one (block, kv head) region of ``2 * block_size * head_dim``
+    elements, keys first: ``K(o, c)`` and ``V(o, c)``.
+    """
+
+    VEC = "vec"
+    """``K = c * bs + o`` (keys transposed), ``V = bs * d + o * d + c``."""
+    AMX = "amx"
+    """``K = (o // 16) 16 d + (c // 2) 32 + (o % 16) 2 + c % 2``,
+    ``V = bs d + (c // 16) 16 bs + (o // 2) 32 + (c % 16) 2 + o % 2``."""
 
 
-def _dequantize(raw: torch.Tensor, *, fmt: CacheFormat, k_scales: Sequence[float],
-                scratch: list[torch.Tensor] | None = None) -> torch.Tensor:
-    # ``[L, ...]`` stored elements to float64 exactly: the element's value, times the
-    # layer's key scale for fp8 (written into the scratch buffer when one is given).
+_LAYOUTS: Final = {"vec": CacheLayout.VEC, "amx": CacheLayout.AMX}
+
+
+def cache_layout(isa: str) -> CacheLayout:
+    """The :class:`CacheLayout` the CPU writer of ``isa`` uses.
+
+    Raises:
+        EngineMismatchError: an ISA whose layout the plugin does not read (named).
+
+    Example:
+        >>> cache_layout("vec")
+        <CacheLayout.VEC: 'vec'>
+    """
+    layout = _LAYOUTS.get(isa)
+    if layout is None:
+        raise EngineMismatchError("CPU attention ISA", f"one of {sorted(_LAYOUTS)} (the cache "
+                                  "layouts the plugin reads)", repr(isa))
+    return layout
+
+
+def _views(cache: torch.Tensor, layout: CacheLayout
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    # One layer's keys and values as views indexed by (block, head, *token dims, *channel
+    # dims): VEC [nb, kvh, bs, d] each; AMX keys [nb, kvh, bs/16, 16, d/2, 2], values
+    # [nb, kvh, bs/2, 2, d/16, 16].
+    nb, kvh, bs, two_d = (int(n) for n in cache.shape)
+    d = two_d // 2
+    region = cache.view(nb, kvh, 2, bs * d)
+    k, v = region[:, :, 0], region[:, :, 1]
+    if layout is CacheLayout.VEC:
+        return k.view(nb, kvh, d, bs).transpose(2, 3), v.view(nb, kvh, bs, d)
+    if bs % 16 or d % 16:
+        raise EngineMismatchError("AMX cache layout", "block size and head dim multiples of 16",
+                                  f"block size {bs}, head dim {d}")
+    keys = k.view(nb, kvh, bs // 16, d // 2, 16, 2).permute(0, 1, 2, 4, 3, 5)
+    values = v.view(nb, kvh, d // 16, bs // 2, 16, 2).permute(0, 1, 3, 5, 2, 4)
+    return keys, values
+
+
+def _token(offset: torch.Tensor, layout: CacheLayout, part: int) -> tuple[torch.Tensor, ...]:
+    # The token index (or indices) of a block offset in the views of _views.
+    if layout is CacheLayout.VEC:
+        return (offset,)
+    group = 16 if part == 0 else 2
+    return (offset // group, offset % group)
+
+
+def stored_elements(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *,
+                    layout: CacheLayout, part: int = 0, heads_first: bool = False
+                    ) -> torch.Tensor:
+    """The raw elements (bytes of an fp8 cache, else the model's dtype) of ``slots``.
+
+    Args:
+        kv_caches: per layer, the cache ``[num_blocks, kv_heads, block_size, 2 * head_dim]``.
+        slots: ``[...]`` int64 engine slots (each in range).
+        layout: where the writer put them; ``part``: 0 keys, 1 values.
+        heads_first: put the kv heads before the slots' dimensions (``[L, kv_heads, ...,
+            d]``, the attention's order for ``[R, S]`` slots: ``[L, R, kvh, S, d]``).
+
+    Returns:
+        ``[layers, ..., kv_heads, head_dim]`` (or heads first, see above).
+    """
+    bs = int(kv_caches[0].shape[2])
+    kvh = int(kv_caches[0].shape[1])
+    if heads_first:  # [R, S] -> [R, kvh, S]
+        block, offset = (slots // bs).unsqueeze(-2), (slots % bs).unsqueeze(-2)
+        heads = torch.arange(kvh).view(kvh, 1)
+    else:
+        block, offset = (slots // bs).unsqueeze(-1), (slots % bs).unsqueeze(-1)
+        heads = torch.arange(kvh)
+    index = (block, heads, *_token(offset, layout, part))
+    out = [_views(c, layout)[part][index] for c in kv_caches]
+    return torch.stack([o.reshape(*o.shape[:len(block.shape)], -1) for o in out])
+
+
+def dequantize(raw: torch.Tensor, *, fmt: CacheFormat, scales: Sequence[float],
+               scratch: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """``[L, ...]`` stored elements to float64, exactly: the element's value, times the
+    layer's float32 scale for fp8 (written into the scratch buffer when one is given; a
+    one-element list holding a flat float64 buffer, grown when too small)."""
     if fmt is not CacheFormat.MODEL_DTYPE:
         raw = raw.view(_FP8_VIEW[fmt])
     if scratch is None:
@@ -91,52 +189,46 @@ def _dequantize(raw: torch.Tensor, *, fmt: CacheFormat, k_scales: Sequence[float
             scratch[0] = torch.empty(raw.numel(), dtype=torch.float64)
         out = scratch[0][:raw.numel()].view(raw.shape).copy_(raw)
     if fmt is not CacheFormat.MODEL_DTYPE:
-        scale = torch.tensor(list(k_scales), dtype=torch.float64)
+        scale = torch.tensor([float32_scale(s) for s in scales], dtype=torch.float64)
         out.mul_(scale.view(-1, *([1] * (raw.dim() - 1))))
     return out
 
 
 def stored_keys(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *, fmt: CacheFormat,
-                k_scales: Sequence[float]) -> torch.Tensor:
+                k_scales: Sequence[float], layout: CacheLayout = CacheLayout.VEC
+                ) -> torch.Tensor:
     """The keys of ``slots`` as each layer's cache holds them, dequantized exactly, float64.
 
     Args:
         kv_caches: per layer, the cache ``[num_blocks, kv_heads, block_size, 2 * head_dim]``.
         slots: ``[...]`` int64 engine slots (each in range).
-        fmt: how the caches store an element.
+        fmt: how the caches store an element; ``layout``: where (the writer's ISA).
         k_scales: per layer, the key scale (fp8 caches).
 
     Returns:
         ``[layers, ..., kv_heads, head_dim]`` float64.
     """
-    bs = int(kv_caches[0].shape[2])
-    block, offset = slots // bs, slots % bs
-    raw = torch.stack([_key_blocks(c)[block, :, :, offset] for c in kv_caches])
-    return _dequantize(raw, fmt=fmt, k_scales=k_scales)  # [L, ..., kvh, d]
+    raw = stored_elements(kv_caches, slots, layout=layout)
+    return dequantize(raw, fmt=fmt, scales=k_scales)
 
 
 def visible_keys(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *, fmt: CacheFormat,
-                 k_scales: Sequence[float], scratch: list[torch.Tensor] | None = None
-                 ) -> torch.Tensor:
+                 k_scales: Sequence[float], scratch: list[torch.Tensor] | None = None,
+                 layout: CacheLayout = CacheLayout.VEC) -> torch.Tensor:
     """:func:`stored_keys` of every request's visible slots, head-major for the logits.
 
     Args:
-        kv_caches, fmt, k_scales: as :func:`stored_keys`.
+        kv_caches, fmt, k_scales, layout: as :func:`stored_keys`.
         slots: ``[R, S]`` the visible slots (:attr:`StepLayout.slots`).
         scratch: a one-element list holding a flat float64 buffer reused from step to step
-            (grown when too small): the float64 keys are the step's one large tensor, and a
-            fresh allocation of that size costs page faults every step.
+            (:func:`dequantize`).
 
     Returns:
         ``[layers, R, kv_heads, S, head_dim]`` float64, gathered in that order (no copy to
         transpose afterwards); a view of the scratch buffer when one is given.
     """
-    kvh, bs = int(kv_caches[0].shape[1]), int(kv_caches[0].shape[2])
-    block, offset = (slots // bs).unsqueeze(1), (slots % bs).unsqueeze(1)  # [R, 1, S]
-    heads = torch.arange(kvh).view(1, kvh, 1)
-    raw = torch.stack([_key_blocks(c).transpose(2, 3)[block, heads, offset]
-                       for c in kv_caches])  # [L, R, kvh, S, d]
-    return _dequantize(raw, fmt=fmt, k_scales=k_scales, scratch=scratch)
+    raw = stored_elements(kv_caches, slots, layout=layout, heads_first=True)
+    return dequantize(raw, fmt=fmt, scales=k_scales, scratch=scratch)
 
 
 @final

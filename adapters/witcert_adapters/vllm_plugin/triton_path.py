@@ -314,10 +314,10 @@ class TritonMonitor:
             self.accounts = Accounts(
                 layers=self.n_layers, seats=self.seats, tau=self.config.tau, audit=False,
                 delta_req=self.config.delta_req, session=self.session, kv_cache_dtype="auto",
-                form="meter")
+                form="meter", witness=f"bands={self.config.bands}")
         return self.accounts
 
-    def begin(self, scheduler_output: Any) -> None:
+    def begin(self, runner: Any, scheduler_output: Any) -> None:
         """Before a step: verdicts of finished requests; forget the previous step."""
         self._certs.clear()
         self._written.clear()
@@ -370,10 +370,16 @@ def attach_triton(config: PluginConfig, *, seats: int | None = None) -> TritonMo
     the implementations built from then on report to the returned :class:`TritonMonitor`.
 
     Raises:
-        EngineMismatchError: the installed backend is not the one the route was written for.
+        EngineMismatchError: the installed backend is not the one the route was written for,
+            or a configuration the Triton path does not meter (no band witnesses: it serves
+            a model-dtype cache, whose keys the band witnesses bound; repair).
     """
     global _monitor
     check_triton_backend()
+    if config.bands < 1 or config.repair:
+        raise EngineMismatchError("witcert configuration on the Triton path",
+                                  "bands >= 1 and repair=0",
+                                  f"bands={config.bands}, repair={int(config.repair)}")
     WitcertTritonAttentionImpl.bands = int(config.bands)
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
     register_backend(AttentionBackendEnum.TRITON_ATTN,

@@ -65,7 +65,8 @@ class RequestVerdict:
         account: the ledger account (unique within ``session``).
         session: the engine process that metered it.
         kv_cache_dtype: the cache it was served from; ``form``: the TV bound reported
-            (``meter`` or ``tanh``).
+            (``meter`` or ``tanh``); ``witness``: what bounded the keys (``format``,
+            ``bands=B`` or ``format+bands=B``).
         tier: the ledger's verdict tier, or ``None`` when the request failed closed.
         failure: why the request failed closed (``None`` otherwise).
         tau: coverage threshold; ``coverage``: share of cells with meter ``<= tau``.
@@ -78,6 +79,13 @@ class RequestVerdict:
         audited, violations: audited cells and those whose true TV exceeded the bound.
         true_max: largest audited true TV (0 when not audited).
         gate: ``accepted``, ``failed_stage`` and each stage's text.
+        repair: ``None`` with repair off; else ``cells`` (cells repaired), ``risk_ranked``
+            (of which chosen by raw risk, above saturation), ``paged`` ((layer, kv head,
+            position) entries paged in), ``page_in_fraction`` (over the request's entries),
+            ``page_in_bytes``, ``true_max`` (the largest audited true TV of a repaired
+            cell; 0 without audit) and ``label`` (``"certified"`` when every repair followed the
+            certified decrease, ``"risk-ranked"`` otherwise, ``"none"`` when nothing needed
+            repair).
     """
 
     request: str
@@ -86,6 +94,7 @@ class RequestVerdict:
     session: str
     kv_cache_dtype: str
     form: str
+    witness: str
     tier: str | None
     failure: str | None
     tau: float
@@ -104,6 +113,7 @@ class RequestVerdict:
     violations: int
     true_max: float
     gate: dict[str, Any]
+    repair: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (nested dataclasses become dicts)."""
@@ -154,6 +164,11 @@ class RequestTally:
     violations: int = 0
     true_max: float = 0.0
     failure: str | None = None
+    repaired: int = 0
+    risk_ranked: int = 0
+    paged: int = 0
+    page_in_bytes: int = 0
+    repaired_true_max: float = 0.0
 
     @property
     def paths(self) -> tuple[ProbePath, ...]:
@@ -210,17 +225,23 @@ class Accounts:
         layers: attention layers metered; ``seats``: concurrent requests at most.
         tau: coverage threshold; ``audit``: whether cells are audited.
         delta_req: each request's budget; ``session``: this engine's id;
-        kv_cache_dtype: what is served; ``form``: the TV bound each cell reports.
+        kv_cache_dtype: what is served; ``form``: the TV bound each cell reports;
+        witness: what bounds the keys; ``repair``: whether the gate repairs;
+        kv_heads: kv heads per layer (the page-in fraction's denominator).
     """
 
-    __slots__ = ("_free", "_live", "audit", "delta_req", "form", "kv_cache_dtype", "layers",
-                 "ledger", "session", "tau")
+    __slots__ = ("_free", "_live", "audit", "delta_req", "form", "kv_cache_dtype", "kv_heads",
+                 "layers", "ledger", "repair", "session", "tau", "witness")
 
     def __init__(self, *, layers: int, seats: int, tau: float, audit: bool,
                  delta_req: Fraction, session: str, kv_cache_dtype: str,
-                 form: str = "meter") -> None:
+                 form: str = "meter", witness: str = "bands=4", repair: bool = False,
+                 kv_heads: int = 1) -> None:
         self.layers = layers
         self.form = form
+        self.witness = witness
+        self.repair = repair
+        self.kv_heads = kv_heads
         self.tau = tau
         self.audit = audit
         self.delta_req = delta_req
@@ -255,7 +276,7 @@ class Accounts:
 
     def add_step(self, tallies: Sequence[RequestTally], summary: Sequence[Sequence[float]],
                  q_lens: Sequence[int], *, written: Iterable[int], read: Iterable[int],
-                 evidence: Evidence) -> None:
+                 evidence: Evidence | None) -> None:
         """Fold one metered step into the tallies and admit each request's worst cell.
 
         Args:
@@ -263,7 +284,11 @@ class Accounts:
             summary: their rows of :attr:`~witcert_adapters.vllm_plugin.meter.StepMeter.summary`.
             q_lens: their query rows in the step.
             written: layers whose writes were captured; ``read``: layers metered.
-            evidence: the step's evidence (one per step, shared by its readings).
+            evidence: the step's evidence (one per step, shared by its readings); ``None``
+                only when every request of the step has failed closed.
+
+        Raises:
+            InvalidValueError: no evidence for a request that has not failed.
         """
         w_layers = list(written)
         r_layers = list(read)
@@ -290,9 +315,26 @@ class Accounts:
             t.audited += int(col["audited"])
             t.violations += int(col["violations"])
             t.true_max = max(t.true_max, float(col["true_max"]))
+            if evidence is None:
+                raise InvalidValueError("evidence", None, f"request {t.request} has readings "
+                                        "but the step has no evidence")
             reading = Reading(AttentionTV[AtConsume], worst, evidence=evidence,
                               delta=Fraction(0))
             self.ledger.admit(t.account, reading)
+
+    def add_repairs(self, tallies: Sequence[RequestTally], layers: Sequence[Any]) -> None:
+        """Fold one step's repairs (one :class:`~witcert_adapters.vllm_plugin.repair.
+        LayerRepair` per layer) into the tallies, in batch order."""
+        for layer in layers:
+            for t, cells, risky, paged, moved, true in zip(
+                    tallies, layer.repaired.tolist(), layer.risk_ranked.tolist(),
+                    layer.paged.tolist(), layer.page_in_bytes.tolist(),
+                    layer.repaired_true_max.tolist(), strict=True):
+                t.repaired += int(cells)
+                t.risk_ranked += int(risky)
+                t.paged += int(paged)
+                t.page_in_bytes += int(moved)
+                t.repaired_true_max = max(t.repaired_true_max, float(true))
 
     def fail(self, tally: RequestTally, reason: str) -> None:
         """Fail a request closed: no more readings, no tier; ``reason`` is reported."""
@@ -318,9 +360,18 @@ class Accounts:
         self._free.append(t.seat)
         verdict = self.ledger.close_request(t.account)
         gate = _gate(t)
+        repair = None
+        if self.repair:
+            entries = t.written_rows * self.layers * self.kv_heads
+            repair = {"cells": t.repaired, "risk_ranked": t.risk_ranked, "paged": t.paged,
+                      "page_in_fraction": t.paged / entries if entries else 0.0,
+                      "page_in_bytes": t.page_in_bytes, "true_max": t.repaired_true_max,
+                      "label": "none" if t.repaired == 0 else
+                      "certified" if t.risk_ranked == 0 else "risk-ranked"}
         return RequestVerdict(
             request=request, external=external_id(request), account=t.account,
             session=self.session, kv_cache_dtype=self.kv_cache_dtype, form=self.form,
+            witness=self.witness,
             tier=None if t.failure is not None else str(verdict.tier.name),
             failure=t.failure, tau=self.tau,
             coverage=(t.covered / t.cells) if t.cells else 0.0, cells=t.cells,
@@ -331,5 +382,6 @@ class Accounts:
             gate={"accepted": gate.accepted,
                   "failed_stage": None if gate.failed_stage is None else str(gate.failed_stage),
                   "stages": {str(s.stage): {"passed": s.passed, "detail": s.detail}
-                             for s in gate.stages}})
+                             for s in gate.stages}},
+            repair=repair)
 

@@ -9,13 +9,16 @@ has since been rewritten is a :class:`~witcert_calculus.errors.StaleReadError`, 
 a slot never written is an :class:`~witcert_calculus.errors.UnwrittenSlotError`: a witness
 that may describe other bytes is refused, never turned into a number.
 
-In audit mode the buffer also keeps the exact (unquantized) keys of each slot, in the
-model's dtype, for the true total variation.
+The buffer can also keep the exact (unquantized) keys of each slot, in the model's dtype
+(the audit's true total variation), and the exact values (the repairing gate's backing
+store): :meth:`SlotWitnesses.read_exact` returns them only for the generation the reader
+expects, and refuses a slot never written or rewritten since (never zeros, never another
+request's entries).
 
 Main declarations
 -----------------
-- :class:`SlotWitnesses`: the buffer; :meth:`SlotWitnesses.write`,
-  :meth:`SlotWitnesses.check`.
+- :class:`SlotWitnesses`: the buffer; :meth:`SlotWitnesses.write`, :meth:`SlotWitnesses.bump`,
+  :meth:`SlotWitnesses.put`, :meth:`SlotWitnesses.read_exact`.
 - :class:`Positions`: what each request expects of its positions' slots.
 """
 
@@ -26,44 +29,93 @@ from typing import final
 import torch
 
 from witcert_calculus.errors import InvalidValueError, StaleReadError, UnwrittenSlotError
-from witcert_calculus.validation import positive_int
+from witcert_calculus.validation import nonneg_int, positive_int
 
 __all__ = ["Positions", "SlotWitnesses"]
 
 
 @final
 class SlotWitnesses:
-    """Witnesses and generations of every engine slot.
+    """Witnesses and generations of every engine slot, and optionally its exact entries.
 
     Args:
         layers: attention layers metered.
         slots: engine slots (``num_blocks * block_size``).
         kv_heads: kv heads per layer.
-        bands: witness bands per key.
-        exact_dim: with audit, the head dimension of the exact keys kept; ``None`` keeps none.
-        exact_dtype: the dtype the exact keys are kept in.
+        bands: witness bands per key (0: none kept, the format witness alone bounds the keys).
+        exact_dim: the head dimension of the exact keys kept (audit, repair); ``None`` keeps
+            none.
+        exact_dtype: the dtype the exact entries are kept in.
+        values: also keep the exact values (the repairing gate's backing store; needs
+            ``exact_dim``).
     """
 
-    __slots__ = ("exact", "generation", "witness")
+    __slots__ = ("exact", "exact_values", "generation", "witness")
 
     def __init__(self, *, layers: int, slots: int, kv_heads: int, bands: int,
-                 exact_dim: int | None = None, exact_dtype: torch.dtype = torch.float32) -> None:
+                 exact_dim: int | None = None, exact_dtype: torch.dtype = torch.float32,
+                 values: bool = False) -> None:
         shape = (positive_int("layers", layers), positive_int("slots", slots),
                  positive_int("kv_heads", kv_heads))
-        self.witness = torch.zeros((*shape, positive_int("bands", bands)), dtype=torch.float32)
+        self.witness = torch.zeros((*shape, nonneg_int("bands", bands)), dtype=torch.float32)
         self.generation = torch.zeros(slots, dtype=torch.int64)
-        self.exact = (None if exact_dim is None else
-                      torch.zeros((*shape, positive_int("head_dim", exact_dim)),
-                                  dtype=exact_dtype))
+        if values and exact_dim is None:
+            raise InvalidValueError("values", values, "the exact values need exact_dim")
+        dims = None if exact_dim is None else (*shape, positive_int("head_dim", exact_dim))
+        self.exact = None if dims is None else torch.zeros(dims, dtype=exact_dtype)
+        self.exact_values = torch.zeros(dims, dtype=exact_dtype) if values and dims else None
 
     @property
     def slots(self) -> int:
         """Number of engine slots."""
         return int(self.generation.numel())
 
+    def bump(self, slots: torch.Tensor) -> torch.Tensor:
+        """A step writes distinct ``slots`` (every layer the same): bump their generations.
+
+        Returns:
+            ``[n]`` the slots' new generations.
+
+        Raises:
+            InvalidValueError: a slot out of range.
+        """
+        if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= self.slots):
+            raise InvalidValueError("slots", (int(slots.min()), int(slots.max())),
+                                    f"must lie in [0, {self.slots})")
+        self.generation[slots] += 1
+        return self.generation[slots]
+
+    def put(self, layers: torch.Tensor | slice, slots: torch.Tensor, witness: torch.Tensor,
+            exact: torch.Tensor | None = None, values: torch.Tensor | None = None) -> None:
+        """Record the witnesses (and exact entries) that ``layers`` wrote at ``slots``.
+
+        Args:
+            layers: the layers (indices or a slice) the rows of ``witness`` belong to.
+            slots: ``[n]`` distinct engine slots (bumped by :meth:`bump` this step).
+            witness: ``[layers, n, kv_heads, bands]`` float32 upper bounds.
+            exact: ``[layers, n, kv_heads, head_dim]`` exact keys (when they are kept).
+            values: the same for the exact values (when they are kept).
+
+        Raises:
+            InvalidValueError: exact entries given (or missing) against what the buffer keeps.
+        """
+        for name, given, kept in (("exact", exact, self.exact),
+                                  ("values", values, self.exact_values)):
+            if (given is None) != (kept is None):
+                raise InvalidValueError(name, None if given is None else tuple(given.shape),
+                                        "exact entries are given exactly when the buffer "
+                                        "keeps them (audit or repair mode)")
+        at = (layers, slots) if isinstance(layers, slice) else \
+            (layers.view(-1, 1), slots.view(1, -1))
+        self.witness[at] = witness
+        if self.exact is not None and exact is not None:
+            self.exact[at] = exact.to(self.exact.dtype)
+        if self.exact_values is not None and values is not None:
+            self.exact_values[at] = values.to(self.exact_values.dtype)
+
     def write(self, slots: torch.Tensor, witness: torch.Tensor,
               exact: torch.Tensor | None = None) -> torch.Tensor:
-        """Record new witnesses for distinct ``slots`` and bump their generations.
+        """:meth:`bump` and :meth:`put` every layer at once.
 
         Args:
             slots: ``[n]`` distinct engine slots.
@@ -82,17 +134,46 @@ class SlotWitnesses:
             >>> buf.write(torch.tensor([2]), torch.ones(1, 1, 1, 1)).tolist()
             [1]
         """
-        if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= self.slots):
-            raise InvalidValueError("slots", (int(slots.min()), int(slots.max())),
-                                    f"must lie in [0, {self.slots})")
         if (exact is None) != (self.exact is None):
             raise InvalidValueError("exact", None if exact is None else tuple(exact.shape),
                                     "exact keys are kept in audit mode and only there")
-        self.witness[:, slots] = witness
-        if self.exact is not None and exact is not None:
-            self.exact[:, slots] = exact.to(self.exact.dtype)
-        self.generation[slots] += 1
-        return self.generation[slots]
+        gens = self.bump(slots)
+        self.put(slice(None), slots, witness, exact)
+        return gens
+
+    def read_exact(self, layer: int, slots: torch.Tensor, generations: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The exact keys and values of ``slots`` (``[n, kv_heads, head_dim]`` each), as the
+        generations the reader expects.
+
+        Raises:
+            UnwrittenSlotError: a slot never written (noted with the layer).
+            StaleReadError: a slot rewritten since the reader saw it.
+            InvalidValueError: the buffer keeps no exact values (repair is off).
+
+        Example:
+            >>> buf = SlotWitnesses(layers=1, slots=4, kv_heads=1, bands=0, exact_dim=2,
+            ...                     values=True)
+            >>> buf.read_exact(0, torch.tensor([1]), torch.tensor([1]))
+            Traceback (most recent call last):
+            ...
+            witcert_calculus.errors.UnwrittenSlotError: slot 1 is UNWRITTEN: ...
+        """
+        if self.exact is None or self.exact_values is None:
+            raise InvalidValueError("exact values", None, "kept only with repair on")
+        current = self.generation[slots]
+        bad = (current == 0) | (current != generations)
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad)[0, 0])
+            slot = int(slots[i])
+            err: UnwrittenSlotError | StaleReadError = (
+                UnwrittenSlotError(slot) if int(current[i]) == 0 else
+                StaleReadError(slot, int(generations[i]), int(current[i])))
+            err.add_note(f"layer {layer}: the backing store holds the entries of generation "
+                         f"{int(current[i])}; a repair never reads unwritten or other "
+                         "requests' bytes")
+            raise err
+        return self.exact[layer, slots], self.exact_values[layer, slots]
 
 
 @final

@@ -12,6 +12,10 @@ the Monitor sees exactly what the attention backend would hand it. Three request
 
 A second Monitor, whose model never ran the metered implementation (another backend),
 must refuse the first step with tokens.
+
+On an fp8 cache (vLLM's own fp8 writer), a byte changed after the engine wrote it: at a
+layer's first write (start-up) the Monitor refuses, naming the layer, slot, kv head and
+channel; at a later write the step's requests fail closed with the same message.
 """
 
 from __future__ import annotations
@@ -36,8 +40,12 @@ CACHES = [torch.zeros(NB, KVH, BS, 2 * D, dtype=torch.bfloat16) for _ in range(L
 
 
 def step(mon: Monitor, rows: list[tuple[str, list[int], int, list[int]]],
-         finished: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-    """One engine step: per request (id, slots written, visible length, block table row)."""
+         finished: set[str] = frozenset(),  # type: ignore[assignment]
+         caches: list[torch.Tensor] = CACHES, kv: str = "auto",
+         corrupt: tuple[int, int] | None = None) -> None:
+    """One engine step: per request (id, slots written, visible length, block table row);
+    ``corrupt=(layer, byte)`` changes one byte of that layer's cache after the engine wrote
+    it."""
     qsl, seq, table, slot_map = [0], [], [], []
     for _, slots, length, blocks in rows:
         qsl.append(qsl[-1] + len(slots))
@@ -47,22 +55,25 @@ def step(mon: Monitor, rows: list[tuple[str, list[int], int, list[int]]],
     sched = SimpleNamespace(finished_req_ids=set(finished),
                             num_scheduled_tokens={r: len(s) for r, s, _, _ in rows},
                             total_num_scheduled_tokens=len(slot_map))
-    mon.begin(sched)
+    runner = SimpleNamespace(input_batch=SimpleNamespace(req_ids=[r for r, _, _, _ in rows]),
+                             get_model=lambda: torch.nn.Module())
+    mon.begin(runner, sched)
     md = SimpleNamespace(num_actual_tokens=len(slot_map), query_start_loc=torch.tensor(qsl),
                          seq_lens=torch.tensor(seq), block_table=torch.tensor(table),
                          slot_mapping=torch.tensor(slot_map, dtype=torch.int64))
     if not slot_map:
         return
-    for layer, cache in enumerate(CACHES):
+    for layer, cache in enumerate(caches):
         key = torch.randn(len(slot_map), KVH, D, generator=GEN).to(torch.bfloat16)
+        value = torch.randn(len(slot_map), KVH, D, generator=GEN).to(torch.bfloat16)
         kc, vc = cache.view(NB, KVH, 2 * BS, D).chunk(2, dim=2)
-        ops.cpu_attn_reshape_and_cache(key, torch.zeros_like(key), kc, vc, md.slot_mapping,
-                                       "vec", kv_cache_dtype="auto")
-        mon.wrote(layer, key, cache, md.slot_mapping, 1.0)
+        ops.cpu_attn_reshape_and_cache(key, value, kc, vc, md.slot_mapping, "vec",
+                                       kv_cache_dtype=kv)
+        if corrupt is not None and corrupt[0] == layer:
+            cache.view(torch.uint8).view(-1)[corrupt[1]] ^= 0x01
+        mon.wrote(layer, key, value, cache, md.slot_mapping, 1.0, 1.0, "vec")
         query = torch.randn(len(slot_map), H, D, generator=GEN).to(torch.bfloat16)
-        mon.read(layer, query, md)
-    runner = SimpleNamespace(input_batch=SimpleNamespace(req_ids=[r for r, _, _, _ in rows]),
-                             get_model=lambda: torch.nn.Module())
+        mon.read(layer, query, md, torch.empty(len(slot_map), H, D, dtype=torch.bfloat16))
     mon.end(runner, sched)
 
 
@@ -84,13 +95,59 @@ def main() -> None:
     other = Monitor(PluginConfig(store=store, tau=0.1))
     sched = SimpleNamespace(finished_req_ids=set(), num_scheduled_tokens={"r": 3},
                             total_num_scheduled_tokens=3)
-    other.begin(sched)
+    other.begin(SimpleNamespace(), sched)
     try:
         other.end(SimpleNamespace(), sched)
         verdicts["unmetered_backend"] = "no error"
     except Exception as exc:  # noqa: BLE001 - the message is the result
         verdicts["unmetered_backend"] = f"{type(exc).__name__}: {exc}"
+    verdicts["fp8"] = fp8_checks(store.with_name("fp8.sqlite"))
     print(json.dumps(verdicts))
+
+
+def fp8_checks(store: Path) -> dict[str, object]:
+    """A changed byte in an fp8 cache: refused at start-up, failed closed later."""
+    out: dict[str, object] = {}
+    caches = [torch.zeros(NB, KVH, BS, 2 * D, dtype=torch.uint8) for _ in range(LAYERS)]
+
+    def fresh() -> Monitor:
+        mon = Monitor(PluginConfig(store=store, tau=0.1))
+        mon.n_layers, mon.seats, mon.length = LAYERS, 4, 256
+        mon.fmt, mon.kv_cache_dtype = CacheFormat.FP8_E4M3, "fp8"
+        mon.num_heads, mon.scale = H, D ** -0.5
+        return mon
+
+    # layer 1's key byte of slot 130, kv head 1, channel 5: (block 1, head 1) region,
+    # K at c * BS + o (vec layout)
+    byte = (1 * KVH + 1) * 2 * BS * D + 5 * BS + 2
+    try:
+        step(fresh(), [("a-aaaaaaaa", [128, 129, 130], 3, [1])], caches=caches, kv="fp8",
+             corrupt=(1, byte))
+        out["startup"] = "no error"
+    except Exception as exc:  # noqa: BLE001 - the message is the result
+        out["startup"] = f"{type(exc).__name__}: {exc}"
+    for scale in (0.0, float("nan"), float("inf")):
+        mon = fresh()
+        try:
+            mon.wrote(0, torch.ones(1, KVH, D), torch.ones(1, KVH, D), caches[0],
+                      torch.tensor([5]), scale, 1.0, "vec")
+            out[f"scale {scale}"] = "no error"
+        except Exception as exc:  # noqa: BLE001 - the message is the result
+            out[f"scale {scale}"] = f"{type(exc).__name__}: {exc}"
+    try:
+        fresh().wrote(0, torch.ones(1, KVH, D), torch.ones(1, KVH, D), caches[0],
+                      torch.tensor([5]), 1.0, 1.0, "vec16")
+        out["isa"] = "no error"
+    except Exception as exc:  # noqa: BLE001 - the message is the result
+        out["isa"] = f"{type(exc).__name__}: {exc}"
+    mon = fresh()
+    step(mon, [("b-bbbbbbbb", [0, 1, 2], 3, [0])], caches=caches, kv="fp8")
+    later = (0 * KVH + 0) * 2 * BS * D + BS * D + 3 * D + 7  # layer 0 value byte, slot 3
+    step(mon, [("b-bbbbbbbb", [3], 4, [0])], caches=caches, kv="fp8", corrupt=(0, later))
+    step(mon, [], finished={"b-bbbbbbbb"}, caches=caches, kv="fp8")
+    (v,) = [v for v in VerdictStore(store).all() if v.external == "b"]
+    out["later"] = v.to_json()
+    return out
 
 
 if __name__ == "__main__":

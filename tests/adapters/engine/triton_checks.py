@@ -526,7 +526,7 @@ def case_fold() -> dict[str, Any]:
         sched = SimpleNamespace(finished_req_ids=finished, total_num_scheduled_tokens=t,
                                 num_scheduled_tokens=dict(zip(requests, q_lens, strict=True)))
         runner = SimpleNamespace(input_batch=SimpleNamespace(req_ids=requests))
-        mon.begin(sched)
+        mon.begin(runner, sched)
         for i, (impl, layer, cache) in enumerate(zip(impls, layers, caches, strict=True)):
             keys = torch.randn(t, kvh, D, generator=g)
             if i != skip_write:
@@ -543,7 +543,7 @@ def case_fold() -> dict[str, Any]:
     step(["a", "b"], [1, 1], [6, 4], [[0, 1], [2, 3]], set())  # decode
     step(["c"], [4], [4], [[4, 5]], {"a", "b"}, skip_write=1)
     step(["d"], [2], [2], [[6, 7]], {"c"}, poison=0)
-    mon.begin(SimpleNamespace(finished_req_ids={"d"}))
+    mon.begin(None, SimpleNamespace(finished_req_ids={"d"}))
     got = {v.request: v for v in VerdictStore(store).all()}
     assert sorted(got) == ["a", "b", "c", "d"], sorted(got)
     for r, rows in (("a", 6), ("b", 4)):
