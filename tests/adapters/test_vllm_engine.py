@@ -1,12 +1,16 @@
-"""The vLLM plugin in the real engine, offline (``LLM.generate``): off, on, audited.
+"""The vLLM plugin in the real engine, offline (``LLM.generate``): off, on, audited, fp8.
 
 vLLM's CPU build runs in its own environment (``.venv-vllm``, made by scripts/setup.sh);
 each engine is a subprocess (:func:`witcert_adapters.vllm_plugin.launch.run_offline`). One
-battery of prompts is served three times: by the unpatched engine (no plugin loaded), with
-the plugin loaded and switched off, and switched on with audit. A long prompt is prefilled
-in chunks (``max_num_batched_tokens=64``) while a short one decodes, so some steps mix a
-decode row with a prefill chunk. A fourth engine starts with a malformed switch and must
-refuse to start.
+battery of prompts is served by the unpatched engine (no plugin loaded), with the plugin
+loaded and switched off, switched on with audit on the bfloat16 cache (both TV forms), and
+on vLLM's fp8 (e4m3) cache, metered and with the gate that repairs, audited; an e5m2 cache
+serves one prompt. A long prompt is prefilled in chunks (``max_num_batched_tokens=64``)
+while a short one decodes, so some steps mix a decode row with a prefill chunk. Another
+engine starts with a malformed switch and must refuse to start. The fp8 writer itself is
+measured byte for byte against the plugin's model (``engine/fp8_checks.py``), and the
+Monitor is driven step by step on caches vLLM's own kernel wrote (``engine/monitor_checks.py``:
+stale slots, changed bytes, bad scales, an unknown ISA).
 """
 
 from __future__ import annotations
@@ -52,7 +56,10 @@ def runs(model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dic
         "fp8": run_offline(fp8, model=model, kv="fp8", prompts=PROMPTS, max_tokens=TOKENS,
                            extra=CHUNKED),
         "fp8-repair": run_offline(repair, model=model, kv="fp8", prompts=PROMPTS,
-                                  max_tokens=TOKENS, extra=CHUNKED)}
+                                  max_tokens=TOKENS, extra=CHUNKED),
+        "e5m2": run_offline(PluginConfig(store=store.with_name("e5m2.sqlite"), tau=0.1,
+                                         audit=True), model=model, kv="fp8_e5m2",
+                            prompts=PROMPTS[:1], max_tokens=4)}
     return {
         **served,
         "unpatched": run_offline(None, model=model, kv="auto", prompts=PROMPTS,
@@ -132,6 +139,10 @@ def test_fp8_is_metered_below_bf16_and_repaired_to_tau(
         assert rep["page_in_bytes"] == rep["paged"] * 64 * 2 * 2  # bf16 keys and values
     assert sum(v["repair"]["paged"] for v in repaired) > 0
     assert coverage("fp8-repair") > coverage("fp8")
+    # vLLM's CPU build serves e5m2 too: the same writer rule, its own grid, every byte checked
+    (e5m2,) = _mine(runs["e5m2"])
+    assert e5m2["kv_cache_dtype"] == "fp8_e5m2" and e5m2["failure"] is None
+    assert e5m2["gate"]["accepted"] and e5m2["violations"] == 0 and e5m2["true_max"] > 0
 
 
 @FP8

@@ -630,3 +630,6 @@ def test_amx_layout_reads_what_a_model_of_the_amx_writer_wrote() -> None:
                            keys[slots])
     with pytest.raises(EngineMismatchError, match="CPU attention ISA.*'vec16'"):
         cache_layout("vec16")
+    odd = torch.zeros(1, kvh, 24, 2 * d, dtype=torch.uint8)  # a block the tiles do not divide
+    with pytest.raises(EngineMismatchError, match="AMX cache layout.*block size 24"):
+        stored_elements([odd], torch.tensor([0]), layout=CacheLayout.AMX)
