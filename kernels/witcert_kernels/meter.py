@@ -37,6 +37,7 @@ Main declarations
   :func:`format_witness`: those witnesses from stored fp8 codes.
 - :func:`tv_bounds_batch`: every TV form as a :class:`witcert_calculus.tv_forms.TVBatch`,
   with the :class:`~witcert_calculus.tv_forms.TVBasis` its readings' evidence comes from;
+  :func:`tv_meter_batch` (:class:`TVMeter`): the meter ``min(e-form, two-sided)`` alone;
   :func:`tv_tanh_max_batch`: the cheap form ``tanh(max c)`` alone (no attention weights).
 - :func:`forms_from_logs`: the e-form and two-sided form from ``log A`` and ``log A-``.
 - :func:`l2_norm_upper`: the Euclidean norm as an upper bound; :func:`l2_norm`, the plain
@@ -48,9 +49,10 @@ Main declarations
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import overload
+from typing import final, overload
 
 import numpy as np
 import torch
@@ -74,6 +76,7 @@ from witcert_calculus.witness import _establish  # pyright: ignore[reportPrivate
 from witcert_calculus.witness import _tier_a_evidence  # pyright: ignore[reportPrivateUsage]
 
 __all__ = [
+    "TVMeter",
     "band_norms",
     "format_logit_bound",
     "format_witness",
@@ -83,6 +86,7 @@ __all__ = [
     "output_error_bound",
     "round_up_f32",
     "tv_bounds_batch",
+    "tv_meter_batch",
     "tv_tanh_max_batch",
 ]
 
@@ -500,6 +504,72 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
         >>> float(b.meter), b.basis.assumptions[0].statement[:14]
         (0.0, 'c_t >= |eps_t|')
     """
+    core = _meter_core(p_tilde, c, check=check, visible=visible)
+    r = torch.minimum(outward(_retention_raw(core.p, core.c, core.log_a, core.log_a_minus,
+                                             core.pos), gamma=core.gamma, alpha=core.alpha,
+                              exact=core.exact), core.eform)
+    th = _tanh_max(core.c)
+    if core.one is not None:
+        zero = torch.zeros_like(r)
+        r, th = torch.where(core.one, zero, r), torch.where(core.one, zero, th)
+    return TVBatch(eform=core.eform, two_sided=core.two_sided, retention=r,
+                   meter=torch.minimum(core.eform, core.two_sided), tanh_max=th,
+                   log_a=core.log_a, log_a_minus=core.log_a_minus, basis=core.basis)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class TVMeter:
+    """The meter ``min(e-form, two-sided)`` of many rows, with what it rests on.
+
+    Attributes:
+        meter: ``[...]`` the meter; ``eform``, ``two_sided``: its two forms.
+        basis: what every bound of the batch rests on (as :attr:`TVBatch.basis`).
+    """
+
+    meter: torch.Tensor
+    eform: torch.Tensor
+    two_sided: torch.Tensor
+    basis: TVBasis
+
+
+def tv_meter_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tensor, *,
+                   check: bool = True, visible: torch.Tensor | None = None) -> TVMeter:
+    """The meter ``min(e-form, two-sided)`` alone, as :func:`tv_bounds_batch` computes it
+    (the same code, the same margins), without the retention form and ``tanh(max c)``: for
+    a caller that reports the meter only (about a third less work).
+
+    Args, raises: as :func:`tv_bounds_batch`.
+
+    Example:
+        >>> float(tv_meter_batch(torch.tensor([0.5, 0.5]), torch.tensor([0.0, 0.0])).meter)
+        0.0
+    """
+    core = _meter_core(p_tilde, c, check=check, visible=visible)
+    return TVMeter(torch.minimum(core.eform, core.two_sided), core.eform, core.two_sided,
+                   core.basis)
+
+
+@dataclass(frozen=True, slots=True)
+class _Core:
+    # What the meter's forms share: the renormalized p~, c, log A, log A-, the margins, the
+    # two forms (single-token rows already 0), the rows with one token, the basis.
+    p: torch.Tensor
+    c: torch.Tensor
+    pos: torch.Tensor
+    log_a: torch.Tensor
+    log_a_minus: torch.Tensor
+    gamma: torch.Tensor
+    alpha: float
+    exact: torch.Tensor
+    eform: torch.Tensor
+    two_sided: torch.Tensor
+    one: torch.Tensor | None
+    basis: TVBasis
+
+
+def _meter_core(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tensor, *,
+                check: bool, visible: torch.Tensor | None) -> _Core:
     if isinstance(c, LogitBound) and not is_established(c):
         raise ForgedBoundError("LogitBound", ESTABLISHERS)
     cv = c.values if isinstance(c, LogitBound) else c
@@ -526,19 +596,18 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
     cmax = torch.where(torch.isfinite(cc), cc, 0.0).amax(dim=-1)
     exact = cmax == 0  # c = 0 everywhere: A = A- = 1 exactly and the exact bound 0
     e, t, gamma, alpha = forms_from_logs(la, lm, cmax, tokens=int(p.shape[-1]), exact=exact)
-    r = torch.minimum(outward(_retention_raw(p, cc, la, lm, pos), gamma=gamma, alpha=alpha,
-                              exact=exact), e)
-    th = _tanh_max(cc)
     also: tuple[str, ...] = ()
+    one = None
     if visible is not None:
         one = torch.broadcast_to(visible == 1, e.shape)
         zero = torch.zeros_like(e)
-        e, t, r, th = (torch.where(one, zero, x) for x in (e, t, r, th))
+        e, t = torch.where(one, zero, e), torch.where(one, zero, t)
         checks = (*checks, (SINGLE_TOKEN_PREMISE,
                             (~one | (pos.sum(dim=-1) <= 1)).all()))
         also = (TV_SINGLE_TOKEN,)
-    return TVBatch(eform=e, two_sided=t, retention=r, meter=torch.minimum(e, t),
-                   tanh_max=th, log_a=la, log_a_minus=lm, basis=_basis(c, checks, also))
+    return _Core(p, cc, pos, la, lm, gamma, alpha, exact, e, t, one, _basis(c, checks, also))
+
+
 
 
 def _tanh_max(cc: torch.Tensor) -> torch.Tensor:

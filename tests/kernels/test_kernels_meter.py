@@ -16,6 +16,7 @@ from witcert_kernels.meter import (  # noqa: E402
     logit_bound,
     round_up_f32,
     tv_bounds_batch,
+    tv_meter_batch,
     tv_tanh_max_batch,
 )
 
@@ -79,6 +80,8 @@ def test_tv_bounds_match_numpy_and_dominate_true_tv(s: int, cscale: float, seed:
     r = float(ref.meter[0])
     assert (np.isinf(m) and np.isinf(r)) or abs(m - r) <= 1e-9 * max(1.0, abs(r)) + 1e-14
     assert min(1.0, m) >= true_tv
+    alone = tv_meter_batch(torch.from_numpy(p_tilde), torch.from_numpy(c))  # the same code
+    assert torch.equal(alone.meter, got.meter) and torch.equal(alone.eform, got.eform)
 
 
 def test_tv_bounds_overflow_saturates_not_truncates() -> None:

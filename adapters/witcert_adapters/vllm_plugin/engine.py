@@ -462,7 +462,8 @@ class Monitor:
             trues = {i: m.true_tv for i, m in self._metered.items()}
             bases = self._bases
             theorems = (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
-            accounts.add_repairs(st.tallies, list(self._metered.values()))
+            accounts.add_repairs(st.tallies, list(self._metered.values()),
+                                 step.seq_lens.tolist())
         # a layer that read without writing witnesses keeps none: its cells saturate
         full = torch.full((len(read), step.rows, self.num_heads), torch.inf, dtype=torch.float64)
         for k, i in enumerate(read):

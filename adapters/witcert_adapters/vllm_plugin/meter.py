@@ -14,7 +14,7 @@ layer's cells in a few batched tensor operations (no host loop over tokens):
    established :class:`~witcert_calculus.witness.LogitBound`, their minimum by
    :func:`~witcert_calculus.witness.tighter`); the compressed attention ``p~`` recomputed
    from the stored keys in float64; and the TV meter ``min(e-form, two-sided)`` of
-   :func:`witcert_kernels.meter.tv_bounds_batch` (or, in the cheap form, ``tanh(max c)`` of
+   :func:`witcert_kernels.meter.tv_meter_batch` (or, in the cheap form, ``tanh(max c)`` of
    :func:`witcert_kernels.meter.tv_tanh_max_batch`, which needs neither keys nor ``p~``);
 3. with audit keys, the true ``TV(p, p~)`` against exact attention on the unquantized keys;
 4. per request, the step's tallies, packed in one float64 tensor (:func:`summarize`; one
@@ -46,7 +46,7 @@ from witcert_calculus.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_
 from witcert_calculus.tv_forms import TVBasis
 from witcert_calculus.witness import LogitBound, RopeLayout, tighter
 from witcert_kernels.meter import band_norms, format_logit_bound, logit_bound, round_up_f32, \
-    tv_bounds_batch, tv_tanh_max_batch
+    tv_meter_batch, tv_tanh_max_batch
 
 __all__ = ["SUMMARY", "GroupCells", "KeySide", "LayerMeter", "RowGroup", "StepMeter",
            "meter_layer", "meter_step", "merge_bases", "row_groups", "summarize",
@@ -329,7 +329,7 @@ def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_he
         else:
             assert p is not None
             # a row that sees one token has TV exactly 0 (Lean WitCert.Meters.tv_single_token)
-            bounds = tv_bounds_batch(p, c, check=False, visible=mask.sum(dim=-1).view(n, 1, 1, qn))
+            bounds = tv_meter_batch(p, c, check=False, visible=mask.sum(dim=-1).view(n, 1, 1, qn))
             raw, basis, eform = bounds.meter, bounds.basis, bounds.eform
         bases.append(basis)
         meter[idx] = raw.permute(0, 3, 1, 2).reshape(n, qn, heads)

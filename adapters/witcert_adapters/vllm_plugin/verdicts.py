@@ -17,7 +17,8 @@ violations, or "not audited").
 
 Main declarations
 -----------------
-- :class:`RequestVerdict`, :class:`WorstCell`, :class:`RequestTally`, :class:`Accounts`.
+- :class:`RequestVerdict`, :class:`WorstCell`, :class:`RepairVerdict`, :class:`RequestTally`,
+  :class:`Accounts`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Evidence
 
-__all__ = ["Accounts", "RequestTally", "RequestVerdict", "WorstCell"]
+__all__ = ["Accounts", "RepairVerdict", "RequestTally", "RequestVerdict", "WorstCell"]
 
 
 @final
@@ -52,6 +53,31 @@ class WorstCell:
     layer: int
     head: int
     position: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RepairVerdict:
+    """What the gate that repairs did for one request.
+
+    Attributes:
+        cells: cells repaired; ``risk_ranked``: of which the blocks were chosen by raw risk
+            (above saturation).
+        paged: (layer, kv head, position) entries paged in; ``page_in_fraction``: of the
+            request's entries (its longest visible length, times layers and kv heads).
+        page_in_bytes: bytes moved from the backing store (keys and values).
+        true_max: the largest audited true TV of a repaired cell (0 without audit).
+        label: ``"certified"`` when every repair followed the certified decrease,
+            ``"risk-ranked"`` otherwise, ``"none"`` when nothing needed repair.
+    """
+
+    cells: int
+    risk_ranked: int
+    paged: int
+    page_in_fraction: float
+    page_in_bytes: int
+    true_max: float
+    label: str
 
 
 @final
@@ -79,13 +105,7 @@ class RequestVerdict:
         audited, violations: audited cells and those whose true TV exceeded the bound.
         true_max: largest audited true TV (0 when not audited).
         gate: ``accepted``, ``failed_stage`` and each stage's text.
-        repair: ``None`` with repair off; else ``cells`` (cells repaired), ``risk_ranked``
-            (of which chosen by raw risk, above saturation), ``paged`` ((layer, kv head,
-            position) entries paged in), ``page_in_fraction`` (over the request's entries),
-            ``page_in_bytes``, ``true_max`` (the largest audited true TV of a repaired
-            cell; 0 without audit) and ``label`` (``"certified"`` when every repair followed the
-            certified decrease, ``"risk-ranked"`` otherwise, ``"none"`` when nothing needed
-            repair).
+        repair: what the gate that repairs did (``None`` with repair off).
     """
 
     request: str
@@ -113,7 +133,7 @@ class RequestVerdict:
     violations: int
     true_max: float
     gate: dict[str, Any]
-    repair: dict[str, Any] | None = None
+    repair: RepairVerdict | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (nested dataclasses become dicts)."""
@@ -124,6 +144,8 @@ class RequestVerdict:
         """Inverse of :meth:`to_json`."""
         fields = dict(data)
         fields["worst"] = WorstCell(**fields["worst"])
+        if fields.get("repair") is not None:
+            fields["repair"] = RepairVerdict(**fields["repair"])
         return cls(**fields)
 
 
@@ -169,6 +191,7 @@ class RequestTally:
     paged: int = 0
     page_in_bytes: int = 0
     repaired_true_max: float = 0.0
+    length: int = 0
 
     @property
     def paths(self) -> tuple[ProbePath, ...]:
@@ -322,9 +345,13 @@ class Accounts:
                               delta=Fraction(0))
             self.ledger.admit(t.account, reading)
 
-    def add_repairs(self, tallies: Sequence[RequestTally], layers: Sequence[Any]) -> None:
+    def add_repairs(self, tallies: Sequence[RequestTally], layers: Sequence[Any],
+                    lengths: Sequence[int]) -> None:
         """Fold one step's repairs (one :class:`~witcert_adapters.vllm_plugin.repair.
-        LayerRepair` per layer) into the tallies, in batch order."""
+        LayerRepair` per layer) into the tallies, in batch order; ``lengths``: each
+        request's visible length after the step."""
+        for t, n in zip(tallies, lengths, strict=True):
+            t.length = max(t.length, int(n))
         for layer in layers:
             for t, cells, risky, paged, moved, true in zip(
                     tallies, layer.repaired.tolist(), layer.risk_ranked.tolist(),
@@ -362,12 +389,12 @@ class Accounts:
         gate = _gate(t)
         repair = None
         if self.repair:
-            entries = t.written_rows * self.layers * self.kv_heads
-            repair = {"cells": t.repaired, "risk_ranked": t.risk_ranked, "paged": t.paged,
-                      "page_in_fraction": t.paged / entries if entries else 0.0,
-                      "page_in_bytes": t.page_in_bytes, "true_max": t.repaired_true_max,
-                      "label": "none" if t.repaired == 0 else
-                      "certified" if t.risk_ranked == 0 else "risk-ranked"}
+            entries = t.length * self.layers * self.kv_heads
+            repair = RepairVerdict(
+                t.repaired, t.risk_ranked, t.paged, t.paged / entries if entries else 0.0,
+                t.page_in_bytes, t.repaired_true_max,
+                "none" if t.repaired == 0 else "certified" if t.risk_ranked == 0 else
+                "risk-ranked")
         return RequestVerdict(
             request=request, external=external_id(request), account=t.account,
             session=self.session, kv_cache_dtype=self.kv_cache_dtype, form=self.form,
