@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from witcert_adapters.vllm_plugin.config import PluginConfig, from_environ
+from witcert_adapters.vllm_plugin.launch import STEP_TIMEOUT_S, engine_env
 from witcert_adapters.vllm_plugin.meter import SUMMARY, KeySide, StepMeter, meter_step, \
     write_witnesses
 from witcert_adapters.vllm_plugin.paged import CacheFormat, StepLayout, cache_format, \
@@ -336,6 +337,18 @@ def test_switch_parses_and_names_each_bad_item(tmp_path: Path) -> None:
         with pytest.raises(InvalidValueError, match=message):
             from_environ({"WITCERT_VLLM": text})
 
+
+
+def test_a_metered_engine_outlasts_vllms_step_timeout(tmp_path: Path) -> None:
+    # a gated 1k-token prefill step ran past vLLM's 300-s RPC limit and killed the engine
+    cfg = PluginConfig(store=tmp_path / "v.sqlite", tau=0.1)
+    env = engine_env(cfg, base={})
+    assert int(env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"]) == STEP_TIMEOUT_S >= 3600
+    assert from_environ(env) == cfg
+    # the plugin off leaves vLLM's limit alone; a limit the caller set is kept
+    assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" not in engine_env(None, base={})
+    mine = engine_env(cfg, base={"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "60"})
+    assert mine["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "60"
 
 def _summary(cells: int, covered: int, worst: float, *, violations: int = 0) -> list[float]:
     row = dict.fromkeys(SUMMARY, 0.0)

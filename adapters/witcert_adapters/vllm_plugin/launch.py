@@ -62,6 +62,10 @@ def fp8_supported() -> bool:
     return " avx512f" in flags or " amx_tile" in flags
 
 
+STEP_TIMEOUT_S: Final = 7200
+"""vLLM's time limit for one model step when the plugin is on (its own default: 300 s)."""
+
+
 def engine_env(config: PluginConfig | None, *, base: Mapping[str, str] | None = None,
                kv_space_gib: int = 1, plugins: bool = True) -> dict[str, str]:
     """The environment of an engine process: the switch (or none) and vLLM's CPU settings.
@@ -79,6 +83,10 @@ def engine_env(config: PluginConfig | None, *, base: Mapping[str, str] | None = 
     env["CUDA_VISIBLE_DEVICES"] = ""  # vLLM's CPU platform, and no triton placeholder
     env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_space_gib)
     env["VLLM_PLUGINS"] = "witcert" if plugins else "none"
+    if config is not None:
+        # a metered step (every prefill row in float64, or every row gated) outlasts vLLM's
+        # 300-s RPC timeout on long prompts, and the engine would die mid-request
+        env.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", str(STEP_TIMEOUT_S))
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
