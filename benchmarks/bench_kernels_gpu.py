@@ -40,7 +40,7 @@ if DRY and not os.path.exists("/dev/nvidia0"):
 
 import torch  # noqa: E402
 
-from witcert_calculus.witness import RopeLayout  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_kernels.dither import exact_channels  # noqa: E402
 from witcert_kernels.meter import band_norms, round_up_f32  # noqa: E402
 from witcert_kernels.triton_decode import decode_attention, decode_attention_pool, \

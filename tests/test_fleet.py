@@ -31,9 +31,10 @@ from witcert_adapters.fleet import (
     check_sharding,
     merge_journals,
 )
-from witcert_calculus.budget import Probability, telescoping_delta, telescoping_spent
+from witcert_calculus.accounting.budget import telescoping_delta, telescoping_spent
+from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.contracts import Reading
-from witcert_calculus.entries import Aggregate
+from witcert_calculus.accounting.entries import Aggregate
 from witcert_calculus.errors import (
     AdmissionError,
     InvalidValueError,

@@ -22,7 +22,7 @@ from witcert_calculus import (
     score_bridge,
     softmax_tv_eform,
 )
-from witcert_calculus import theorems
+from witcert_calculus.lean import theorems
 from witcert_calculus.errors import TheoremExportError, UnknownTheoremError
 
 SHIPPED = Path(theorems.__file__).with_name("lean_export.json")

@@ -16,7 +16,7 @@ once (an ``all_gather`` of every rank's rows, reduced identically on every rank)
 
 **One budget, spent once.** The ``i``-th probabilistic step of a request draws, on every
 rank, that rank's telescoping allowance ``(delta_req / R) / ((i+1)(i+2))``
-(:func:`~witcert_calculus.budget.telescoping_delta` of the share): the rank's
+(:func:`~witcert_calculus.accounting.budget.telescoping_delta` of the share): the rank's
 certificates for its heads are built at that delta, and by the union bound over the
 ``R`` shards the step fails with probability at most
 ``R (delta_req / R) / ((i+1)(i+2)) = delta_req / ((i+1)(i+2))`` — the allowance a single
@@ -61,9 +61,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from witcert_calculus.budget import Probability, ProbabilityLike, telescoping_delta, telescoping_spent
+from witcert_calculus.accounting.budget import telescoping_delta, telescoping_spent
+from witcert_calculus.numerics.probability import Probability, ProbabilityLike
 from witcert_calculus.contracts import Reading, Regime
-from witcert_calculus.entries import Aggregate
+from witcert_calculus.accounting.entries import Aggregate
 from witcert_calculus.errors import (
     AdmissionError,
     InvalidValueError,
@@ -71,13 +72,13 @@ from witcert_calculus.errors import (
     UnknownRequestError,
     WitcertError,
 )
-from witcert_calculus.events import AdmitEntries, EncodedEvent, decode
-from witcert_calculus.journal import Journal
+from witcert_calculus.accounting.events import AdmitEntries, EncodedEvent, decode
+from witcert_calculus.accounting.journal import Journal
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import Metric, metric_info
-from witcert_calculus.records import Decision, EmpiricalPolicy, EventCounts, EventKind, Verdict
+from witcert_calculus.accounting.records import Decision, EmpiricalPolicy, EventCounts, EventKind, Verdict
 from witcert_calculus.tiers import Evidence, Measurement, Tier, weakest
-from witcert_calculus.validation import integer
+from witcert_calculus.numerics.validation import integer
 
 # torch.distributed's collectives are partly unannotated; they are called through this.
 _all_gather = cast(Callable[..., Any], getattr(dist, "all_gather"))
@@ -275,7 +276,7 @@ class FleetVerdict:
     def span_attributes(self) -> dict[str, str | bool | int | float]:
         """The fleet's own span attributes, next to the verdict's.
 
-        For :meth:`witcert_calculus.telemetry.VerdictSpans.emit`:
+        For :meth:`witcert_calculus.export.telemetry.VerdictSpans.emit`:
         ``spans.emit(v.verdict, attributes=v.span_attributes())``.
         """
         out: dict[str, str | bool | int | float] = {
@@ -408,7 +409,7 @@ class FleetLedger:
         Each request's row of ``bounds`` holds the per-entry bounds of this rank's heads
         (entries are kept when ``<= threshold``, as
         :meth:`~witcert_calculus.ledger.RiskLedger.admit_entries` with
-        :attr:`~witcert_calculus.entries.Aggregate.MAX`: the step bound is the meter
+        :attr:`~witcert_calculus.accounting.entries.Aggregate.MAX`: the step bound is the meter
         maximum, so it reduces across shards exactly). With ``probabilistic=True`` the
         bounds hold at :meth:`allowance` and the step draws it.
 

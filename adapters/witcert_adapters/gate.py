@@ -48,7 +48,7 @@ from witcert_adapters.hf import LiveRun
 from witcert_adapters.runs import ObservedLayer, ProbePath, ProbeRun, Site
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV, check_value
-from witcert_calculus.validation import positive_int
+from witcert_calculus.numerics.validation import positive_int
 
 __all__ = ["STAGES", "GateVerdict", "Stage", "StageResult", "attention_stages",
            "declared_problems", "ordered_verdict", "run_gate", "site_problems", "sites_text"]

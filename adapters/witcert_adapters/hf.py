@@ -101,16 +101,16 @@ from witcert_adapters.records import (
 )
 from witcert_adapters.runs import MemoryKind, ProbePath, Site, observed_sites
 from witcert_adapters.schemes import EntryRole, Scheme, WriteContext, get_scheme
-from witcert_calculus.budget import Probability
+from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
-from witcert_calculus.records import Admission
-from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.tv_forms import TVBasis, TVBatch
-from witcert_calculus.validation import positive_int
-from witcert_calculus.witness import LogitBound
+from witcert_calculus.accounting.records import Admission
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.meters.tv_forms import TVBasis, TVBatch
+from witcert_calculus.numerics.validation import positive_int
+from witcert_calculus.meters.witness import LogitBound
 from witcert_kernels.dither import DitherEncoding, dither_noise_layers, \
     exact_channels, pair_energy, tier_b_logit_bound
 from witcert_kernels.meter import (
@@ -201,7 +201,7 @@ class ReadStep:
         out_bound: the attention-output error bound (dense memories), else ``None``.
         value_scale: with ``out_bound``, the ``max_t ||v_t||`` it scales with ``[B, H, Q]``
             (the output bound relative to it is comparable with a TV threshold).
-        basis: what the call's TV bounds rest on (:class:`~witcert_calculus.tv_forms.TVBasis`:
+        basis: what the call's TV bounds rest on (:class:`~witcert_calculus.meters.tv_forms.TVBasis`:
             the logit bound's evidence and the premises computed from the call's inputs; one
             basis shared by the layers metered together, stacked, at the end of a forward).
     """

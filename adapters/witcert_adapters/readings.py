@@ -26,8 +26,8 @@ from witcert_calculus import RiskLedger, Verdict
 from witcert_calculus.contracts import Contract, Reading, chain
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV, KeyResidualAbs
-from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.validation import real
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.numerics.validation import real
 
 __all__ = ["METER_THEOREM", "DenseChain", "LayerReading", "admit_readings", "coverage",
            "dense_chain", "layer_readings"]

@@ -66,7 +66,7 @@ from witcert_calculus import RiskLedger
 from witcert_calculus.bridges import Recurrence, recurrence
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume
-from witcert_calculus.validation import positive_int
+from witcert_calculus.numerics.validation import positive_int
 from witcert_kernels.meter import l2_norm_upper, round_up_f32
 
 __all__ = ["RecurrentLayerRecord", "RecurrentProbe", "RecurrentRun", "RecurrentWitnessCache",

@@ -28,9 +28,9 @@ post-RoPE queries (``spec.queries(module, hidden, position_embeddings)``, as
 5. returns the repaired keys and values to the attention.
 
 Which blocks. With block masses ``mass_j`` of ``p~`` and block-constant bounds
-``u_j = max_{t in j} c_t`` (:func:`~witcert_calculus.page_in.block_summary`), paging in block
+``u_j = max_{t in j} c_t`` (:func:`~witcert_calculus.meters.page_in.block_summary`), paging in block
 ``j`` lowers ``A = sum_j mass_j e^{u_j}`` by exactly ``mass_j (e^{u_j} - 1)`` (Lean
-``WitCert.Meters.page_in_decrease``); :func:`~witcert_calculus.page_in.page_in_order` gives
+``WitCert.Meters.page_in_decrease``); :func:`~witcert_calculus.meters.page_in.page_in_order` gives
 the fewest blocks that bring the e-form ``(A^2 - 1)/2`` to ``tau`` at the current ``p~``. The
 page-in changes ``p~``, so the meter is recomputed on the repaired cache and the step is
 repeated while a row stays above ``tau`` (each round pages at least one new block; when every
@@ -95,8 +95,8 @@ from witcert_adapters.hf import LayerLog, WitnessCache
 from witcert_adapters.runs import MemoryKind
 from witcert_adapters.schemes import Scheme, get_scheme
 from witcert_calculus.errors import InvalidValueError, UnwrittenSlotError
-from witcert_calculus.page_in import block_summary, page_in_order
-from witcert_calculus.validation import positive_int, real
+from witcert_calculus.meters.page_in import block_summary, page_in_order
+from witcert_calculus.numerics.validation import positive_int, real
 from witcert_kernels.meter import logit_bound, tv_bounds_batch
 
 __all__ = [

@@ -23,7 +23,7 @@ pages in ``kv_indices``; token ``t`` of request ``b`` sits in slot
 Margin analysis (why the reported ``log A`` is an upper bound and ``log A-`` a lower bound of
 their exact values for the kernel's logits ``s`` and the bounds ``c``):
 
-- ``c_t`` is rounded outward with :func:`witcert_calculus.rounding.logit_margin` (a tree sum
+- ``c_t`` is rounded outward with :func:`witcert_calculus.numerics.rounding.logit_margin` (a tree sum
   of ``bands`` products has no more rounding steps than the recursive sum it covers), so it
   is at least its exact formula.
 - Each accumulated sum ``sum_t e^{y_t - M}`` (``y`` one of ``s``, ``s + c``, ``s - c``) is a
@@ -46,7 +46,7 @@ their exact values for the kernel's logits ``s`` and the bounds ``c``):
   token reports 0 (Lean ``WitCert.Meters.tv_single_token``).
 - What the theorems take as given and the code does not bound: ``p~`` is the exact softmax of
   the kernel's float32 logits ``s``, not of the exact compressed logits
-  (:data:`witcert_calculus.modelling.SOFTMAX_AS_COMPUTED`).
+  (:data:`witcert_calculus.lean.modelling.SOFTMAX_AS_COMPUTED`).
 - The kernel's float64 constants (the scale in ``c_t`` and ``u_t``, every margin) reach it in
   a float64 tensor: Triton passes a Python float as float32, which would round ``1 + gamma``
   to 1 and flush the subnormal absolute margins to 0.
@@ -67,7 +67,7 @@ same):
   variance ``scale^2 sum_b q2_b s_{t,b}^2 / 12``, the radius, the grid mean
   ``scale sum_b |q|_b s_{t,b} 2^-25`` and the cast term ``scale ||q|| cast_t``, in the torch
   bound's order of operations, each rounded outward with its margin
-  (:func:`witcert_calculus.rounding.variance_margin`, ``radius_margin``,
+  (:func:`witcert_calculus.numerics.rounding.variance_margin`, ``radius_margin``,
   ``grid_mean_margin``, ``cast_margin``); the block sums are tree sums, with no more
   rounding steps than the recursive sums the margins cover. A token with no block holding
   both a nonzero scale and a nonzero query channel is exact (``u_t = 0`` before the cast
@@ -82,14 +82,14 @@ same):
   value ``v = fp16(x)`` rounded to nearest is within ``max(2^-11 |v|, 2^-25)`` of ``x``
   (half an ulp: ``2^-11`` relative for normal numbers, ``2^-25`` below ``2^-14``), and the
   norm is :func:`witcert_kernels.meter.l2_norm_upper`'s (amax-scaled sum of squares,
-  :func:`witcert_calculus.rounding.band_norm_margin` over ``d`` channels);
+  :func:`witcert_calculus.numerics.rounding.band_norm_margin` over ``d`` channels);
   :func:`pool_cast_bound` is its torch twin.
 - An infinite scale or cast makes ``u_t`` infinite (saturation); a NaN one makes it NaN; a
   negative scale or cast refuses the evidence (computed premises, read when the evidence is
   built). The result holds except with probability ``delta_loc`` per row, for non-adaptive
   queries: the basis carries ``delta = delta_loc`` and the assumptions
-  :data:`witcert_calculus.dither.NON_ADAPTIVE_QUERIES`,
-  :data:`witcert_calculus.dither.PHILOX_UNIFORM` and
+  :data:`witcert_calculus.meters.dither.NON_ADAPTIVE_QUERIES`,
+  :data:`witcert_calculus.meters.dither.PHILOX_UNIFORM` and
   :data:`witcert_kernels.dither.STORED_ENCODING` (or :data:`POOL_WRITTEN_BY_STORE` for the
   pooled read, which reads the scales, codes and exact mask itself).
 
@@ -138,16 +138,16 @@ import torch
 import triton
 import triton.language as tl
 
-from witcert_calculus.dither import GRID_MEAN
+from witcert_calculus.meters.dither import GRID_MEAN
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.rounding import TINY, Margin, band_norm_margin, logit_margin
-from witcert_calculus.theorems import TV_SINGLE_TOKEN
+from witcert_calculus.numerics.rounding import TINY, Margin, band_norm_margin, logit_margin
+from witcert_calculus.lean.theorems import TV_SINGLE_TOKEN
 from witcert_calculus.tiers import Assumption
-from witcert_calculus.tv_forms import TVBasis
-from witcert_calculus.validation import UNIT_ROUNDOFF, positive_int, real
-from witcert_calculus.witness import RopeLayout
-from witcert_calculus.witness import _WITNESS_PREMISE  # pyright: ignore[reportPrivateUsage]
-from witcert_calculus.witness import _tier_a_evidence  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.meters.tv_forms import TVBasis
+from witcert_calculus.numerics.validation import UNIT_ROUNDOFF, positive_int, real
+from witcert_calculus.meters.witness import RopeLayout
+from witcert_calculus.meters.witness import _WITNESS_PREMISE  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.meters.witness import _tier_a_evidence  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.meter import _tanh_max  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.meter import band_norms, forms_from_logs, l2_norm_upper
 from witcert_kernels.dither import STORED_ENCODING
@@ -452,7 +452,7 @@ class FusedDecode:
             bound).
         tanh_max: the comparison shape ``tanh(max_t c_t)``.
         witness_min: the smallest witness read (``inf`` for a row with no token).
-        basis: what the bounds rest on (:class:`~witcert_calculus.tv_forms.TVBasis`): the
+        basis: what the bounds rest on (:class:`~witcert_calculus.meters.tv_forms.TVBasis`): the
             logit bounds ``c_t`` were computed in the kernel from the stored witnesses and
             the query's band norms (computed here, rounded outward; Lean
             ``WitCert.Witness.logit_bound_sound``), with the premises computed on the device
@@ -485,7 +485,7 @@ class TierMeter:
         meter: the smaller of the two (``min(1, meter)`` is the TV bound).
         tanh_max: the comparison shape ``tanh(max_t c_t)``.
         bound_max: the largest finite per-token bound ``max_t c_t`` read.
-        basis: what the bounds rest on (:class:`~witcert_calculus.tv_forms.TVBasis`); its
+        basis: what the bounds rest on (:class:`~witcert_calculus.meters.tv_forms.TVBasis`); its
             premises on tensor contents are device tensors, read only when
             ``basis.evidence(...)`` builds a reading's evidence.
     """
@@ -923,8 +923,8 @@ def fused_decode_tier_b(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
 
     Returns:
         The :class:`FusedDecodeTiers`: its Tier-B basis has ``delta = delta_loc`` and the
-        assumptions :data:`witcert_calculus.dither.NON_ADAPTIVE_QUERIES`,
-        :data:`witcert_calculus.dither.PHILOX_UNIFORM` and
+        assumptions :data:`witcert_calculus.meters.dither.NON_ADAPTIVE_QUERIES`,
+        :data:`witcert_calculus.meters.dither.PHILOX_UNIFORM` and
         :data:`witcert_kernels.dither.STORED_ENCODING`.
 
     Raises:

@@ -16,9 +16,9 @@ from witcert_adapters.gate import run_gate  # noqa: E402
 from witcert_adapters.hf import AuditStep, LayerLog, Probe, ReadStep, WitnessCache, attach  # noqa: E402
 from witcert_adapters.readings import coverage, dense_chain, layer_readings  # noqa: E402
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
-from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND  # noqa: E402
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND  # noqa: E402
 from witcert_calculus.tiers import Tier  # noqa: E402
-from witcert_calculus.tv_forms import TVBasis  # noqa: E402
+from witcert_calculus.meters.tv_forms import TVBasis  # noqa: E402
 
 FAMILIES = ["llama", "qwen2", "deepseek_v2", "deepseek_v3"]
 
@@ -177,7 +177,7 @@ def test_gate_rejects_a_value_out_of_range(bad: float) -> None:
 
 def test_gate_rejects_an_unsound_meter() -> None:
     """Wiring the known-unsound dispersion shape in place of the meter must fail soundness."""
-    from witcert_calculus.dispersion import dispersion_bound_unsound
+    from witcert_calculus.meters.dispersion import dispersion_bound_unsound
 
     model = tiny_model("llama")
     with attach(model, scheme="kivi2_g32", audit=True) as probe:

@@ -58,7 +58,7 @@ from witcert_adapters.hf import WitnessCache
 from witcert_adapters.repair import GateLabel, RepairPolicy, RepairSummary, attach_repair
 from witcert_adapters.schemes import get_scheme
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.validation import positive_int
+from witcert_calculus.numerics.validation import positive_int
 
 __all__ = ["Quality", "REPAIR_SCHEMES", "RetrievalItem", "retrieval_battery", "run_repair"]
 

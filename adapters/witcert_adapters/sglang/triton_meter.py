@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from witcert_calculus.rounding import logit_margin
+from witcert_calculus.numerics.rounding import logit_margin
 # the fused decode kernel's own pieces (one formula, one margin analysis)
 from witcert_kernels.triton_decode import _constants  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.triton_decode import _lse_step  # pyright: ignore[reportPrivateUsage]
@@ -135,7 +135,7 @@ def meter_exact(qn: Any, mx0: Any, a0: Any, mx1: Any, a1: Any, mx2: Any, a2: Any
 
 def meter_constants(scale: float, bands: int, *, device: torch.device) -> torch.Tensor:
     """The float64 constants :func:`meter_block` reads: the scale and the logit bound's margin
-    (:func:`witcert_calculus.rounding.logit_margin`), made once per value set and device."""
+    (:func:`witcert_calculus.numerics.rounding.logit_margin`), made once per value set and device."""
     m = logit_margin(bands, scale=scale)
     return _constants((float(scale), m.gamma, m.alpha), device)
 

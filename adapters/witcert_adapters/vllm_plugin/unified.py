@@ -14,7 +14,7 @@ kernel is not edited, so the metered kernel's output is the upstream kernel's, b
 The meter is :mod:`witcert_kernels.triton_decode`'s: in the same pass over the tiles, for
 every query row (token, query head) and visible key ``t``, ``c_t = scale sum_b ||q_b|| w_{t,b}``
 from the stored band witnesses ``w`` (rounded outward with the margin of
-:func:`witcert_calculus.rounding.logit_margin`), and three float64 online log-sum-exps of the
+:func:`witcert_calculus.numerics.rounding.logit_margin`), and three float64 online log-sum-exps of the
 kernel's own float32 logits ``s``, of ``s + c`` and of ``s - c`` (its Triton helpers
 ``_outward``, ``_lse_step`` and ``_meter_step``, imported by the generated source, not
 copied; they reduce over their first axis, so a tile enters them transposed, tokens first).
@@ -58,10 +58,10 @@ import torch
 
 from witcert_adapters.injection import Anchor, apply_anchors
 from witcert_calculus.errors import InjectionError, InvalidValueError
-from witcert_calculus.rounding import logit_margin
-from witcert_calculus.tv_forms import TVBasis
-from witcert_calculus.validation import positive_int
-from witcert_calculus.witness import RopeLayout
+from witcert_calculus.numerics.rounding import logit_margin
+from witcert_calculus.meters.tv_forms import TVBasis
+from witcert_calculus.numerics.validation import positive_int
+from witcert_calculus.meters.witness import RopeLayout
 from witcert_kernels.meter import band_norms
 from witcert_kernels.triton_decode import _constants  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.triton_decode import _tier_a_meter  # pyright: ignore[reportPrivateUsage]
