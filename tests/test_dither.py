@@ -312,9 +312,13 @@ def _store(seed: int = 10, s: int = 32, d: int = 16):  # type: ignore[no-untyped
 
 
 def test_tier_b_logit_bound_is_established_on_its_event_with_its_assumptions() -> None:
-    from witcert_calculus.meters.dither import NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM, tier_b_logit_bound
-    from witcert_calculus.tiers import assumptions_of, decide_tier
+    from witcert_calculus.meters.dither import (
+        NON_ADAPTIVE_QUERIES,
+        PHILOX_UNIFORM,
+        tier_b_logit_bound,
+    )
     from witcert_calculus.meters.witness import LogitBound, is_established
+    from witcert_calculus.tiers import assumptions_of, decide_tier
     x, q, st_, p = _store()
     d = x.shape[1]
     dl = 1e-4
@@ -356,8 +360,8 @@ def test_the_tier_b_premises_are_computed_from_the_store() -> None:
     """A store whose codes left [-QMAX, QMAX] fails the premise instead of certifying."""
     import dataclasses
 
-    from witcert_calculus.meters.dither import tier_b_logit_bound
     from witcert_calculus.errors import PremiseError
+    from witcert_calculus.meters.dither import tier_b_logit_bound
     x, q, st_, p = _store(12)
     bad = dataclasses.replace(st_, payload=np.full_like(st_.payload, -128))
     with pytest.raises(PremiseError, match="QMAX|127"):

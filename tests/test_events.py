@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.accounting.entries import certify_entries
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.accounting.events import (
     AddSentinel,
     Admit,

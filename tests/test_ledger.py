@@ -30,8 +30,8 @@ from witcert_calculus.accounting.entries import (
     sum_upper,
     tradeoff_curve,
 )
-from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.accounting.records import Decision, EmpiricalPolicy, EventKind
+from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV, LogitLinf
 from witcert_calculus.tiers import Measurement, Proof, Restricted, Tier
 

@@ -17,12 +17,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from witcert_calculus.accounting.budget import telescoping_spent
+from witcert_calculus.accounting.records import EmpiricalPolicy
 from witcert_calculus.contracts import Reading, Regime
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.export.telemetry import SPAN_NAME, VerdictSpans, verdict_attributes
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
-from witcert_calculus.accounting.records import EmpiricalPolicy
-from witcert_calculus.export.telemetry import SPAN_NAME, VerdictSpans, verdict_attributes
 from witcert_calculus.tiers import Measurement, Proof, Tier
 
 TV = AttentionTV[AtConsume]

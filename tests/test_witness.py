@@ -24,16 +24,16 @@ from witcert_calculus.meters.witness import (
 )
 from witcert_calculus.bridges import softmax_tv_eform
 from witcert_calculus.meters.tv_forms import tv_meter
+from witcert_calculus.meters.witness import LOGIT_BOUND_THEOREM, _pair_channels
 from witcert_calculus.meters.witness import logit_linf_reading
 from witcert_calculus.metrics import AtConsume, AttentionTV, LogitLinf
 from witcert_calculus.tiers import Tier
-from witcert_calculus.meters.witness import LOGIT_BOUND_THEOREM, _pair_channels
 import pickle
 
 from witcert_calculus.errors import ForgedBoundError
+from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND, LogitBound, is_established
 from witcert_calculus.numerics.rounding import add_up as _add_up
 from witcert_calculus.tiers import Proof, decide_tier
-from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND, LogitBound, is_established
 
 LAYOUTS = (RopeLayout.INTERLEAVED, RopeLayout.HALF_SPLIT)
 

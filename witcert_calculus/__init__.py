@@ -15,14 +15,22 @@ Main declarations (see each module for more):
   their gate-law inverses :func:`gate_threshold` (:class:`GateForm`)
 - errors: :class:`WitcertError` and its tree
 
-- ledger: :class:`RiskLedger`, with :class:`Probability` and :func:`telescoping_delta` (budget),
-  :class:`Verdict` (records), :class:`SlotTable` (slots), :class:`EProcess` (eprocess)
+- ledger: :class:`RiskLedger`, with :class:`Probability` (numerics), :func:`telescoping_delta`
+  (budget), :class:`Verdict` (records), :class:`SlotTable` (slots), :class:`EProcess` (eprocess)
 - meters (:mod:`witcert_calculus.meters` says which module holds each):
   :func:`band_witness`, :func:`logit_bound`, :func:`format_logit_bound`, :func:`tv_meter`,
   :func:`tv_eform`, ...
 
 Heavy modules (bridges, ledger and meters, which need numpy) load on first use, so that
 ``import witcert_calculus`` stays fast.
+
+Layout: the faces above (``metrics``, ``tiers``, ``contracts``, ``bridges``, ``ledger``,
+``errors``) sit at the top of the package; every other module lives in the room of its
+concern: :mod:`~witcert_calculus.lean` (theorem names, modelling steps),
+:mod:`~witcert_calculus.numerics` (input checks, :class:`Probability`, outward rounding),
+:mod:`~witcert_calculus.meters`, :mod:`~witcert_calculus.accounting` (the ledger's books),
+:mod:`~witcert_calculus.drift`, :mod:`~witcert_calculus.explore` and
+:mod:`~witcert_calculus.export`. Every name above is importable from here.
 """
 
 from __future__ import annotations

@@ -61,8 +61,8 @@ from witcert_calculus.lean.theorems import (
     SOFTMAX_TV_TANH_SOUND,
     WITNESS_SOUND,
 )
-from witcert_calculus.tiers import Measurement, Premise, Proof
 from witcert_calculus.numerics.validation import exact, float_up, positive_int
+from witcert_calculus.tiers import Measurement, Premise, Proof
 
 __all__ = [
     "Pooling",

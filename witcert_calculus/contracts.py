@@ -50,9 +50,9 @@ from witcert_calculus.errors import (
     OutOfDomainError,
     RegimeMismatchError,
 )
-from witcert_calculus.metrics import Metric, check_value, metric_info, metric_name, same_metric
 from witcert_calculus.lean.modelling import ModellingStep, modelling_of
 from witcert_calculus.lean.theorems import ADD_SOUND, ID_SOUND, lookup
+from witcert_calculus.metrics import Metric, check_value, metric_info, metric_name, same_metric
 from witcert_calculus.tiers import (
     Assumption,
     Composition,

@@ -38,10 +38,11 @@ thread-safe; with ``journal=path`` every event is committed to a SQLite WAL
 journal before it is applied and acknowledged, reopening replays to the
 identical state, and several processes can share one journal file. Beside it:
 :mod:`~witcert_calculus.accounting.state` (the state its events change, and how),
-:mod:`~witcert_calculus.accounting.budget`, :mod:`~witcert_calculus.accounting.account` (accounts and
-entry batches), :mod:`~witcert_calculus.accounting.records` (what it reports, with the
-aggregates), :mod:`~witcert_calculus.accounting.events`, :mod:`~witcert_calculus.accounting.eventlog`
-and :mod:`~witcert_calculus.drift.eprocess` (the sentinels).
+:mod:`~witcert_calculus.accounting.budget`, :mod:`~witcert_calculus.accounting.account` (accounts
+and entry batches), :mod:`~witcert_calculus.accounting.records` (what it reports, with the
+aggregates), :mod:`~witcert_calculus.accounting.events`,
+:mod:`~witcert_calculus.accounting.eventlog` and :mod:`~witcert_calculus.drift.eprocess` (the
+sentinels).
 
 Main declarations:
 
@@ -59,13 +60,13 @@ from typing import Any, final
 import numpy.typing as npt
 
 from witcert_calculus.accounting.account import EntryBatch
-from witcert_calculus.numerics.probability import Probability, ProbabilityLike
-from witcert_calculus.contracts import Reading
 from witcert_calculus.accounting.entries import Aggregate
+from witcert_calculus.accounting.eventlog import EventLog
+from witcert_calculus.contracts import Reading
 from witcert_calculus.drift.eprocess import EProcessState, Sentinels, observation_batch
 from witcert_calculus.errors import InvalidValueError, UnknownRequestError
-from witcert_calculus.accounting.eventlog import EventLog
 from witcert_calculus.metrics import Metric
+from witcert_calculus.numerics.probability import Probability, ProbabilityLike
 from witcert_calculus.accounting.records import (
     Admission,
     EmpiricalPolicy,
@@ -75,8 +76,8 @@ from witcert_calculus.accounting.records import (
 )
 from witcert_calculus.accounting.slots import SlotTable
 from witcert_calculus.accounting.state import LedgerState
-from witcert_calculus.tiers import Evidence
 from witcert_calculus.numerics.validation import integer
+from witcert_calculus.tiers import Evidence
 
 __all__ = [
     "RiskLedger",

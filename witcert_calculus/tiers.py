@@ -178,7 +178,8 @@ class Proof:
     Raises:
         InvalidValueError: if the theorem name is not a qualified Lean name.
         UnknownTheoremError: if no Lean export holds it (neither the one shipped with the
-            package nor one registered with :func:`~witcert_calculus.lean.theorems.register_theorems`).
+            package nor one registered with
+            :func:`~witcert_calculus.lean.theorems.register_theorems`).
         PremiseError: if a premise does not hold (a bound is never issued on a
             false premise; nothing is silently demoted).
     """

@@ -8,8 +8,9 @@ Commands (``witcert COMMAND --help`` documents each):
 - ``witcert rate --trials N --delta D``: the zero-failure rate bounds, exact
   ``1 - delta^(1/n)`` and ``ln(1/delta)/n``;
 - ``witcert explain SPEC [--site consume|write]``: a chain spec (text, or a ``.json`` /
-  ``.toml`` file; :mod:`witcert_calculus.explore.chain_spec` documents the format) built and explained:
-  each stage's coefficients, evidence with the Lean statement of every theorem it cites, tier;
+  ``.toml`` file; :mod:`witcert_calculus.explore.chain_spec` documents the format) built and
+  explained: each stage's coefficients, evidence with the Lean statement of every theorem it cites,
+  tier;
 - ``witcert ledger replay TRACE [--plot PNG] [--points N]``: a recorded entry trace
   (:mod:`witcert_calculus.explore.entry_trace`; the demo writes one per scheme) replayed into the
   retention / per-step bound trade-off curve, printed and plotted;

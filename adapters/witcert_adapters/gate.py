@@ -44,7 +44,7 @@ from typing import Final, final
 
 import numpy as np
 
-from witcert_adapters.hf import LiveRun
+from witcert_adapters.live_run import LiveRun
 from witcert_adapters.runs import ObservedLayer, ProbePath, ProbeRun, Site
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV, check_value

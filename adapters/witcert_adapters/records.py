@@ -27,8 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from witcert_adapters.runs import ProbePath
-from witcert_calculus.tiers import Evidence
 from witcert_calculus.meters.tv_forms import TVBasis
+from witcert_calculus.tiers import Evidence
 
 __all__ = ["AuditRecord", "FloatArray", "IntArray", "KeyStoreRecord", "LayerRecord", "ReadRecord",
            "TierBRecord", "WriteRecord"]

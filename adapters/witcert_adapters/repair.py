@@ -1,9 +1,9 @@
 """The gate that repairs: meter-driven, block-granular page-in of exact entries during generation.
 
-A :class:`RepairCache` is a :class:`~witcert_adapters.hf.WitnessCache` (it compresses every
-write with the registered scheme and records band witnesses exactly as the witnessing cache
-does) that also keeps an exact :class:`BackingStore` of every entry written, on the CPU, and
-repairs itself before the attention reads it. A :class:`Repairer` attaches it to a
+A :class:`RepairCache` is a :class:`~witcert_adapters.witness_cache.WitnessCache` (it
+compresses every write with the registered scheme and records band witnesses exactly as the
+witnessing cache does) that also keeps an exact :class:`BackingStore` of every entry written, on the
+CPU, and repairs itself before the attention reads it. A :class:`Repairer` attaches it to a
 transformers model: a forward pre-hook on each attention module recomputes the layer's
 post-RoPE queries (``spec.queries(module, hidden, position_embeddings)``, as
 :class:`~witcert_adapters.hf.Probe` does) and stages them on the cache; the cache's
@@ -23,8 +23,8 @@ post-RoPE queries (``spec.queries(module, hidden, position_embeddings)``, as
    ``h // groups``) until the recomputed meter of every row is at most ``tau``: the exact
    keys and values of the block's slots are written back into the stored tensors, their
    witnesses (band witnesses, full witness, value residual) are set to 0 in the cache's
-   :class:`~witcert_adapters.hf.LayerLog`, and the slots are marked paged (a paged slot is
-   never paged again and stays exact for the rest of the request),
+   :class:`~witcert_adapters.layer_log.LayerLog`, and the slots are marked paged (a paged
+   slot is never paged again and stays exact for the rest of the request),
 5. returns the repaired keys and values to the attention.
 
 Which blocks. With block masses ``mass_j`` of ``p~`` and block-constant bounds
@@ -91,9 +91,10 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from witcert_adapters.architectures import ArchSpec, spec_for
-from witcert_adapters.hf import LayerLog, WitnessCache
+from witcert_adapters.layer_log import LayerLog
 from witcert_adapters.runs import MemoryKind
 from witcert_adapters.schemes import Scheme, get_scheme
+from witcert_adapters.witness_cache import WitnessCache
 from witcert_calculus.errors import InvalidValueError, UnwrittenSlotError
 from witcert_calculus.meters.page_in import block_summary, page_in_order
 from witcert_calculus.numerics.validation import positive_int, real

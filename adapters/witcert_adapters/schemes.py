@@ -50,10 +50,10 @@ from typing import final
 
 import torch
 
-from witcert_calculus.meters.dither import byte_account
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.numerics.validation import positive_int, real
+from witcert_calculus.meters.dither import byte_account
 from witcert_calculus.meters.witness import RopeLayout
+from witcert_calculus.numerics.validation import positive_int, real
 from witcert_kernels.dither import DitherEncoding, dither_quantize, select_outlier_pairs
 
 __all__ = [

@@ -7,7 +7,8 @@ One torch implementation per formula of the numpy library, with its names, const
 Main declarations:
 
 - :mod:`witcert_kernels.meter`: band witnesses, logit bound and the Tier-A TV forms,
-  checked against :mod:`witcert_calculus.meters.witness` and :mod:`witcert_calculus.meters.tv_forms`.
+  checked against :mod:`witcert_calculus.meters.witness` and
+  :mod:`witcert_calculus.meters.tv_forms`.
 - :mod:`witcert_kernels.dither`: the subtractively dithered INT8 quantizer, bit-identical
   to :mod:`witcert_calculus.meters.dither` (noise stream, scales, codes, values), and the Tier-B
   per-token logit bound.

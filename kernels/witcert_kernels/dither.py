@@ -59,9 +59,9 @@ from witcert_calculus.meters.dither import GRID_BITS, GRID_MEAN, GRID_STEP, NON_
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.numerics.rounding import Margin, cast_margin, grid_mean_margin, radius_margin, \
     variance_margin
-from witcert_calculus.tiers import Assumption, Evidence, Premise
-from witcert_calculus.numerics.validation import positive_int, real, uint
 from witcert_calculus.meters.witness import LogitBound, RopeLayout
+from witcert_calculus.numerics.validation import positive_int, real, uint
+from witcert_calculus.tiers import Assumption, Evidence, Premise
 from witcert_kernels.meter import _add_bounds, band_norms  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.rounding import outward
 # The shared constructions of an established bound and of its evidence (not public API).
@@ -451,8 +451,8 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
     float64 reconstruction), each term rounded outward with room for the sum. ``|eps_t| <=
     u_t`` for all visible tokens of a row except with probability ``delta_loc``, for
     non-adaptive queries: the result is an established
-    :class:`~witcert_calculus.meters.witness.LogitBound` with ``delta = delta_loc`` (per row) and the
-    assumptions :data:`witcert_calculus.meters.dither.NON_ADAPTIVE_QUERIES`,
+    :class:`~witcert_calculus.meters.witness.LogitBound` with ``delta = delta_loc`` (per row) and
+    the assumptions :data:`witcert_calculus.meters.dither.NON_ADAPTIVE_QUERIES`,
     :data:`witcert_calculus.meters.dither.PHILOX_UNIFORM` and :data:`STORED_ENCODING`. Its
     premises on tensor contents (scales, cast and ``visible``) are computed on the device
     and read when a reading's evidence is built.

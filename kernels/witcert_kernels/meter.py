@@ -252,11 +252,11 @@ def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
 
     With ``layout``, the first argument is the query: its band norms are computed here
     (:func:`band_norms`, over the witness's bands) and the result is an established
-    :class:`~witcert_calculus.meters.witness.LogitBound` (Lean ``WitCert.Witness.logit_bound_sound``;
-    the TV forms take it as proved). That the witness is ``>= 0`` is computed on the device
-    (no host sync) and read when a reading's evidence is built. Without ``layout`` (the
-    older form), the first argument holds band norms the caller computed and the result is
-    a plain tensor: the caller's claim, assumed by the TV forms.
+    :class:`~witcert_calculus.meters.witness.LogitBound` (Lean
+    ``WitCert.Witness.logit_bound_sound``; the TV forms take it as proved). That the witness is
+    ``>= 0`` is computed on the device (no host sync) and read when a reading's evidence is built.
+    Without ``layout`` (the older form), the first argument holds band norms the caller computed and
+    the result is a plain tensor: the caller's claim, assumed by the TV forms.
 
     Args:
         query: ``[..., d]`` the query (with ``layout``), or ``[..., B]`` its band norms
@@ -342,9 +342,9 @@ def format_logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: flo
     ``WitCert.Formats.box_logit_bound_sound``), batched as a matrix product: the witness
     ``[*batch, S, d]`` is met by every query row ``[*batch, *rows, d]`` sharing its batch
     index (no copy of the witness per row). Rounded outward with the margin of ``d``
-    products (:func:`witcert_calculus.numerics.rounding.logit_margin`). An infinite witness saturates
-    its token (``inf``, also against a zero query channel), as in the numpy version. That the
-    witness is ``>= 0`` is computed on the device and read when a reading's evidence is
+    products (:func:`witcert_calculus.numerics.rounding.logit_margin`). An infinite witness
+    saturates its token (``inf``, also against a zero query channel), as in the numpy version. That
+    the witness is ``>= 0`` is computed on the device and read when a reading's evidence is
     built.
 
     Args:

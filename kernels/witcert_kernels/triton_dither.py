@@ -44,8 +44,14 @@ import torch
 import triton
 import triton.language as tl
 
-from witcert_calculus.meters.dither import GRID_BITS, GRID_STEP, PHILOX_MULTIPLIERS, PHILOX_WEYL, QMAX
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.meters.dither import (
+    GRID_BITS,
+    GRID_STEP,
+    PHILOX_MULTIPLIERS,
+    PHILOX_WEYL,
+    QMAX,
+)
 from witcert_calculus.numerics.validation import positive_int, uint
 from witcert_kernels.dither import _channel_index
 from witcert_kernels.triton_launch import check_device, pow2

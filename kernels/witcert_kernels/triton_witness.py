@@ -38,9 +38,9 @@ import triton
 import triton.language as tl
 
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.meters.witness import RopeLayout, band_channels
 from witcert_calculus.numerics.rounding import TINY, band_norm_margin
 from witcert_calculus.numerics.validation import positive_int
-from witcert_calculus.meters.witness import RopeLayout, band_channels
 from witcert_kernels.triton_launch import check_device, pow2
 
 __all__ = ["witness_write"]

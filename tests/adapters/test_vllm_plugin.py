@@ -31,8 +31,8 @@ from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, rai
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError, StaleReadError, \
     UnwrittenSlotError
 from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.meters.tv_forms import tv_meter, tv_tanh_max
 from witcert_calculus.meters.formats import Fp8Format
+from witcert_calculus.meters.tv_forms import tv_meter, tv_tanh_max
 from witcert_calculus.meters.witness import RopeLayout, band_witness, logit_bound
 
 BS = 16  # block size

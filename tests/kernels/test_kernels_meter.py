@@ -215,8 +215,8 @@ def _tier_a(layout: RopeLayout = RopeLayout.HALF_SPLIT, seed: int = 6
 
 
 def test_the_torch_logit_bound_is_established_from_the_query() -> None:
-    from witcert_calculus.tiers import Tier, decide_tier
     from witcert_calculus.meters.witness import LogitBound, is_established
+    from witcert_calculus.tiers import Tier, decide_tier
 
     for layout in (RopeLayout.HALF_SPLIT, RopeLayout.INTERLEAVED):
         q, r, w = _tier_a(layout)
@@ -238,8 +238,8 @@ def test_the_torch_logit_bound_is_established_from_the_query() -> None:
 def test_band_norms_from_the_caller_give_a_plain_tensor_that_is_assumed() -> None:
     from witcert_calculus import AtConsume, AttentionTV, Reading
     from witcert_calculus.lean.theorems import TV_EFORM_SOUND
-    from witcert_calculus.tiers import Tier
     from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND, LogitBound
+    from witcert_calculus.tiers import Tier
 
     q, _, w = _tier_a()
     c = logit_bound(band_norms(q, bands=4, layout=RopeLayout.HALF_SPLIT), w, scale=0.25)
@@ -254,8 +254,8 @@ def test_band_norms_from_the_caller_give_a_plain_tensor_that_is_assumed() -> Non
 def test_torch_tv_readings_are_certified_by_construction() -> None:
     from witcert_calculus import AtConsume, AttentionTV, Reading
     from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-    from witcert_calculus.tiers import Tier
     from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND
+    from witcert_calculus.tiers import Tier
 
     q, _, w = _tier_a()
     c = logit_bound(q, w, layout=RopeLayout.HALF_SPLIT, scale=0.25)

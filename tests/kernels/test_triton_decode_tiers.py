@@ -22,8 +22,8 @@ pytest.importorskip("triton")
 
 from witcert_calculus.errors import InvalidValueError, PremiseError  # noqa: E402
 from witcert_calculus.lean.theorems import TV_EFORM_SOUND  # noqa: E402
-from witcert_calculus.tiers import Tier, assumptions_of  # noqa: E402
 from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
+from witcert_calculus.tiers import Tier, assumptions_of  # noqa: E402
 from witcert_kernels.dither import STORED_ENCODING, dither_quantize, exact_channels, \
     select_outlier_pairs, tier_b_logit_bound  # noqa: E402
 from witcert_kernels.meter import l2_norm_upper, logit_bound, tv_bounds_batch  # noqa: E402

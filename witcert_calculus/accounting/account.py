@@ -49,9 +49,14 @@ import numpy as np
 import numpy.typing as npt
 
 from witcert_calculus.accounting.budget import telescoping_delta
-from witcert_calculus.numerics.probability import Probability
+from witcert_calculus.accounting.entries import (
+    Aggregate,
+    EntryCertification,
+    certify_entries,
+    certify_step,
+)
 from witcert_calculus.contracts import Reading, Regime
-from witcert_calculus.accounting.entries import Aggregate, EntryCertification, certify_entries, certify_step
+from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.errors import (
     AllowanceMovedError,
     BudgetExceededError,
@@ -73,8 +78,8 @@ from witcert_calculus.accounting.records import (
 )
 from witcert_calculus.accounting.slots import SlotTable
 from witcert_calculus.lean.theorems import ENTRY_FALLBACK_SOUND
-from witcert_calculus.tiers import Composition, Evidence, Tier, decide_tier, weakest
 from witcert_calculus.numerics.validation import integer
+from witcert_calculus.tiers import Composition, Evidence, Tier, decide_tier, weakest
 
 __all__ = [
     "Account",

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar, final
 
-from witcert_calculus.errors import InvalidValueError, JournalError
 from witcert_calculus.accounting.events import EncodedEvent, Event, decode
 from witcert_calculus.accounting.journal import Journal, JournalRow
+from witcert_calculus.errors import InvalidValueError, JournalError
 
 __all__ = [
     "EventLog",

@@ -28,10 +28,10 @@ from typing import Any, ClassVar, Final, TypeAlias, final
 import numpy as np
 import numpy.typing as npt
 
-from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.accounting.entries import EntryCertification
-from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.accounting.records import EventKind
+from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.tiers import Tier
 
 __all__ = [

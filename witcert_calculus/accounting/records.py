@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol, final
 
-from witcert_calculus.contracts import Reading
 from witcert_calculus.accounting.entries import EntryCertification
-from witcert_calculus.drift.eprocess import EProcessState
 from witcert_calculus.accounting.slots import SlotState, SlotTable
+from witcert_calculus.contracts import Reading
+from witcert_calculus.drift.eprocess import EProcessState
 from witcert_calculus.tiers import Tier
 
 __all__ = [

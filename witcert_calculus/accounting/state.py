@@ -34,11 +34,11 @@ import numpy as np
 import numpy.typing as npt
 
 from witcert_calculus.accounting.account import Accounts, EntryBatch
-from witcert_calculus.numerics.probability import Probability
+from witcert_calculus.accounting.eventlog import Recorded
 from witcert_calculus.contracts import Reading
 from witcert_calculus.drift.eprocess import EProcess, EProcessState, Sentinels
 from witcert_calculus.errors import InvalidValueError, JournalError
-from witcert_calculus.accounting.eventlog import Recorded
+from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.accounting.events import (
     AddSentinel,
     Admit,

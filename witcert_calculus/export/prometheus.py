@@ -42,9 +42,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric as Family
 from prometheus_client.registry import Collector
 
+from witcert_calculus.accounting.records import LedgerStats
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import metric_name
-from witcert_calculus.accounting.records import LedgerStats
 
 __all__ = [
     "FORBIDDEN_LABELS",

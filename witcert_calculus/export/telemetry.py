@@ -13,7 +13,8 @@ installed or passed).
 
 Main declarations:
 
-- :func:`verdict_attributes`: the span attributes of a :class:`~witcert_calculus.accounting.records.Verdict`
+- :func:`verdict_attributes`: the span attributes of a
+  :class:`~witcert_calculus.accounting.records.Verdict`
 - :class:`VerdictSpans`: emits one span per verdict through a tracer
 """
 
@@ -26,10 +27,10 @@ from typing import TypeAlias, final
 from opentelemetry import trace
 from opentelemetry.trace import Span, StatusCode, Tracer, TracerProvider
 
-from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.accounting.records import Verdict
-from witcert_calculus.tiers import Tier
+from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.numerics.validation import float_down, float_up
+from witcert_calculus.tiers import Tier
 
 __all__ = [
     "ATTRIBUTE_PREFIX",
@@ -62,7 +63,8 @@ def verdict_attributes(verdict: Verdict) -> dict[str, Attribute]:
         The attributes, by key.
 
     Raises:
-        InvalidValueError: if ``verdict`` is not a :class:`~witcert_calculus.accounting.records.Verdict`.
+        InvalidValueError: if ``verdict`` is not a
+            :class:`~witcert_calculus.accounting.records.Verdict`.
 
     Example:
         >>> from witcert_calculus.ledger import RiskLedger

@@ -9,6 +9,6 @@ Main modules:
   code that cites it, and how it is discharged (proved, checked, assumed).
 
 Rule (``tests/test_layout.py``): this room imports only ``errors``, ``numerics`` and the
-tier lattice (``tiers``); nothing here reaches the meters, the accounting, drift,
-exploration or export.
+algebra (a modelling step carries a tier); nothing here reaches the meters, the accounting,
+drift, exploration or export.
 """

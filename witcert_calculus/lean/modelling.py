@@ -52,8 +52,8 @@ from witcert_calculus.lean.theorems import (
     WITNESS_SOUND,
     LOGIT_BOUND_SOUND,
 )
-from witcert_calculus.tiers import Evidence, theorems_of
 from witcert_calculus.numerics.validation import nonempty_text
+from witcert_calculus.tiers import Evidence, theorems_of
 
 __all__ = [
     "FLOAT_ROUNDING",

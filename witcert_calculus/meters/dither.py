@@ -60,14 +60,19 @@ from typing import Final, final
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.metrics import AtConsume, AttentionTV
-from witcert_calculus.numerics.rounding import grid_mean_margin, outward, radius_margin, variance_margin
 from witcert_calculus.lean.theorems import DITHER_LOGIT_TAIL, SIGNAVG_UNION_LE
-from witcert_calculus.tiers import Assumption, Composition, Evidence, Premise, Proof, Restricted
 from witcert_calculus.meters.tv_forms import tv_eform
+from witcert_calculus.metrics import AtConsume, AttentionTV
+from witcert_calculus.numerics.probability import Probability
+from witcert_calculus.numerics.rounding import (
+    grid_mean_margin,
+    outward,
+    radius_margin,
+    variance_margin,
+)
+from witcert_calculus.tiers import Assumption, Composition, Evidence, Premise, Proof, Restricted
 from witcert_calculus.numerics.validation import F64, distribution, finite_array, nonneg_array, \
     positive_int, real, uint
 from witcert_calculus.meters.witness import LogitBound, RopeLayout
@@ -576,7 +581,8 @@ def subgaussian_radius(variance_proxy: ArrayLike, *, delta_loc: float,
         tokens: ``S`` for the union bound (default: the length of ``variance_proxy``).
 
     Returns:
-        ``u_t`` per token, rounded outward (:func:`witcert_calculus.numerics.rounding.radius_margin`).
+        ``u_t`` per token, rounded outward
+        (:func:`witcert_calculus.numerics.rounding.radius_margin`).
 
     Raises:
         InvalidValueError: on a negative or non-finite proxy, ``delta_loc`` outside (0, 1),

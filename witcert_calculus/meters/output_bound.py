@@ -30,9 +30,9 @@ from numpy.typing import ArrayLike
 
 from witcert_calculus.contracts import Contract
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.lean.theorems import OUTPUT_ERROR_BOUND_VECTOR_SOUND
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, AttentionTV
 from witcert_calculus.numerics.rounding import outward, sum_margin
-from witcert_calculus.lean.theorems import OUTPUT_ERROR_BOUND_VECTOR_SOUND
 from witcert_calculus.tiers import Assumption, Premise, Proof, Restricted
 from witcert_calculus.numerics.validation import F64, distribution, float_up, is_distribution, nonneg_array, \
     real

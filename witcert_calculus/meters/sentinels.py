@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-from witcert_calculus.numerics.validation import positive_int, real
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.numerics.validation import positive_int, real
 
 __all__ = [
     "rate_upper_bound",

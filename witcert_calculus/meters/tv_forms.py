@@ -76,8 +76,18 @@ from witcert_calculus.tiers import (
     decide_tier,
     theorems_of,
 )
-from witcert_calculus.numerics.validation import F64, is_distribution, nonneg_array, weights_and_bounds
-from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND, ESTABLISHERS, LogitBound, is_established
+from witcert_calculus.meters.witness import (
+    CALLER_LOGIT_BOUND,
+    ESTABLISHERS,
+    LogitBound,
+    is_established,
+)
+from witcert_calculus.numerics.validation import (
+    F64,
+    is_distribution,
+    nonneg_array,
+    weights_and_bounds,
+)
 
 __all__ = [
     "TVBasis",

@@ -16,7 +16,8 @@ At read time the logit error of token ``t`` obeys
 Floating point: witnesses and ``c`` are *upper* bounds of their exact values.
 Norms are computed after scaling by the row maximum (no overflow, no underflow
 to a false zero); norms and ``c`` are rounded outward by the rule of
-:mod:`witcert_calculus.numerics.rounding` (margins :func:`~witcert_calculus.numerics.rounding.band_norm_margin`,
+:mod:`witcert_calculus.numerics.rounding` (margins
+:func:`~witcert_calculus.numerics.rounding.band_norm_margin`,
 :func:`~witcert_calculus.numerics.rounding.logit_margin`); storage in float16/float32 rounds upward.
 The torch versions (``witcert_kernels.meter``) use the same bands and margins.
 
@@ -55,9 +56,9 @@ from numpy.typing import ArrayLike, DTypeLike, NDArray
 
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
+from witcert_calculus.lean.theorems import ADD_SOUND, LOGIT_BOUND_SOUND, MIN_BOUND_SOUND
 from witcert_calculus.metrics import AtConsume, LogitLinf
 from witcert_calculus.numerics.rounding import TINY, add_up, band_norm_margin, logit_margin, outward
-from witcert_calculus.lean.theorems import ADD_SOUND, LOGIT_BOUND_SOUND, MIN_BOUND_SOUND
 from witcert_calculus.tiers import (
     Assumption,
     Composition,
@@ -542,7 +543,8 @@ def logit_linf_reading(c: LogitBound[Any] | ArrayLike) -> Reading[LogitLinf[AtCo
     """The sup-norm logit error bound ``max_t c_t`` as a reading of ``LogitLinf[AtConsume]``.
 
     It feeds the scalar softmax bridges (e.g. ``bridges.softmax_tv_eform``); the
-    per-token TV forms of :mod:`witcert_calculus.meters.tv_forms` use the whole vector and are tighter.
+    per-token TV forms of :mod:`witcert_calculus.meters.tv_forms` use the whole vector and are
+    tighter.
 
     Args:
         c: per-token bounds, shape ``(S,)``, finite and >= 0: a :class:`LogitBound` (from

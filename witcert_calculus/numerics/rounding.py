@@ -25,10 +25,11 @@ nonnegative bounds, rounded to nearest, is then still an upper bound of the exac
 Storing a bound in a narrower type (float32, float16) rounds toward ``+inf``: the next
 representable value up wherever the nearest cast went down; an overflow gives ``inf``.
 
-The numpy reference (:mod:`witcert_calculus.meters.witness`, :mod:`witcert_calculus.meters.tv_forms`,
-:mod:`witcert_calculus.meters.dither`, :mod:`witcert_calculus.meters.output_bound`) and the torch
-versions in the ``witcert_kernels`` package apply :func:`outward` with the margins below,
-computed by the same functions, so that both are outward and agree to a few ulps.
+The numpy reference (:mod:`witcert_calculus.meters.witness`,
+:mod:`witcert_calculus.meters.tv_forms`, :mod:`witcert_calculus.meters.dither`,
+:mod:`witcert_calculus.meters.output_bound`) and the torch versions in the ``witcert_kernels``
+package apply :func:`outward` with the margins below, computed by the same functions, so that both
+are outward and agree to a few ulps.
 
 Main declarations:
 
