@@ -20,8 +20,8 @@ import argparse
 import numpy as np
 
 from witcert_calculus import EDetector, EProcess
-from witcert_calculus.changepoint import run_lengths
-from witcert_calculus.eprocess import log_paths
+from witcert_calculus.drift.changepoint import run_lengths
+from witcert_calculus.drift.eprocess import log_paths
 
 NULL, DRIFT = 0.5, 0.8
 

@@ -36,8 +36,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 
-from witcert_adapters.fleet import FleetLedger, HeadShard
-from witcert_calculus.entries import Aggregate
+from witcert_adapters.fleet import FleetLedger
+from witcert_adapters.head_shards import HeadShard
+from witcert_calculus.accounting.entries import Aggregate
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Proof

@@ -40,7 +40,7 @@ if DRY and not os.path.exists("/dev/nvidia0"):
 
 import torch  # noqa: E402
 
-from witcert_calculus.witness import RopeLayout  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_kernels.dither import exact_channels  # noqa: E402
 from witcert_kernels.meter import band_norms, round_up_f32  # noqa: E402
 from witcert_kernels.triton_decode import decode_attention, decode_attention_pool, \
@@ -49,8 +49,8 @@ from witcert_kernels.triton_decode import decode_attention, decode_attention_poo
 # precomputation (not public API).
 from witcert_kernels.triton_decode import POOL_WRITTEN_BY_STORE  # noqa: E402
 from witcert_kernels.triton_decode import _pool_launch  # noqa: E402
-from witcert_kernels.triton_decode import _tier_b_launch  # noqa: E402
 from witcert_kernels.triton_decode import _tiers  # noqa: E402
+from witcert_kernels.triton_decode_launch import tier_b_launch  # noqa: E402
 from witcert_kernels.triton_dither import DitherPool, dither_read, dither_store  # noqa: E402
 from witcert_kernels.triton_witness import witness_write  # noqa: E402
 
@@ -144,8 +144,8 @@ def _pool_case(ctx: int, *, batch: int, heads: int, kv_heads: int, d: int, split
     common: dict[str, Any] = {"kv_indptr": indptr, "kv_indices": indices, "seq_lens": lens,
                               "page_size": page, "scale": d ** -0.5, "splits": splits}
     metered = {**common, "max_tokens": ctx, "delta_loc": 1e-6}
-    tb = _tier_b_launch(q, pool.scales, kv_heads=kv_heads, exact=pool.exact, cast=None,
-                        in_kernel_cast=True, delta_loc=1e-6, seq_lens=lens, scale=d ** -0.5)
+    tb = tier_b_launch(q, pool.scales, kv_heads=kv_heads, exact=pool.exact, cast=None,
+                       in_kernel_cast=True, delta_loc=1e-6, seq_lens=lens, scale=d ** -0.5)
     read = _pool_launch(pool, torch.float16)
 
     def launch(counter: torch.Tensor) -> Any:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from witcert_calculus.accounting.entries import certify_entries
 from witcert_calculus.contracts import Reading
-from witcert_calculus.entries import certify_entries
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Proof

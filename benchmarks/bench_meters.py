@@ -33,10 +33,10 @@ from collections.abc import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from witcert_calculus.dither import DitherKey, byte_account, dither_quantize, \
+from witcert_calculus.meters.dither import DitherKey, byte_account, dither_quantize, \
     dither_variance_proxy, subgaussian_radius  # noqa: E402
-from witcert_calculus.tv_forms import tv_eform, tv_meter  # noqa: E402
-from witcert_calculus.witness import RopeLayout, band_witness, logit_bound  # noqa: E402
+from witcert_calculus.meters.tv_forms import tv_eform, tv_meter  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout, band_witness, logit_bound  # noqa: E402
 
 SIZES = (1024, 8192, 32768)
 

@@ -9,7 +9,7 @@
 #      Lean build (scripts/lean_build.sh) then proves the committed values against Lean's own
 #      definitions.
 #   2. statement lock: `scripts/statement_lock.py` compares the committed lock
-#      formal/statements.lock.json with the shipped export witcert_calculus/lean_export.json.
+#      formal/statements.lock.json with the shipped export witcert_calculus/lean/lean_export.json.
 #
 # Usage: bash scripts/check_formal_sync.sh        (PYTHON=... selects the interpreter)
 set -uo pipefail
@@ -31,7 +31,7 @@ if ! "$PY" scripts/gen_lean_checks.py --check; then
 fi
 if ! "$PY" scripts/statement_lock.py; then
     echo "formal-sync: FAILED: statement lock: formal/statements.lock.json differs from the" \
-         "shipped export witcert_calculus/lean_export.json" >&2
+         "shipped export witcert_calculus/lean/lean_export.json" >&2
     failed+=("statement lock")
 fi
 if [ "${#failed[@]}" -ne 0 ]; then

@@ -58,7 +58,7 @@ import numpy as np
 from witcert_calculus import bridges as _bridges
 from witcert_calculus import contracts as _contracts
 from witcert_calculus import metrics as M
-from witcert_calculus import tv_forms as _tv_forms
+from witcert_calculus.meters import tv_forms as _tv_forms
 from witcert_calculus.bridges import (
     pooling,
     rank_prefix_selection,
@@ -68,10 +68,10 @@ from witcert_calculus.bridges import (
     softmax_tv_tanh,
     softmax_tv_tanh_osc,
 )
-from witcert_calculus.budget import telescoping_delta, telescoping_spent
+from witcert_calculus.accounting.budget import telescoping_delta, telescoping_spent
 from witcert_calculus.contracts import Contract
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.formats import (
+from witcert_calculus.meters.formats import (
     EPS,
     ETA,
     Fp8Format,

@@ -26,7 +26,7 @@ Three checks:
    and ``_root_`` names.
 3. **Cross-check with Lean** (:func:`crosscheck`): the discovered names must be exactly the names
    of the export (``formal/build/theorems.json`` or the shipped
-   ``witcert_calculus/lean_export.json``) and, after a build, exactly the user-written theorems
+   ``witcert_calculus/lean/lean_export.json``) and, after a build, exactly the user-written theorems
    Lean itself stored in the compiled ``.olean.private`` files (:func:`olean_constants`, which
    reads Lean's own object files; generated lemmas such as ``eq_1`` or ``sizeOf_spec`` are set
    aside by :func:`is_generated`). The compiled files also must hold no ``axiom`` and no
@@ -508,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_crosscheck:
         exports: list[Path] = []
         if formal == root / "formal":
-            exports.append(root / "witcert_calculus" / "lean_export.json")
+            exports.append(root / "witcert_calculus" / "lean" / "lean_export.json")
         current = build_is_current(formal)
         if current:
             exports.append(formal / "build" / "theorems.json")

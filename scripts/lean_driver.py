@@ -28,8 +28,8 @@ Called by ``scripts/lean_build.sh`` once the npm packages are installed. Steps:
 
 The same driver builds and exports another Lake project (a user's own bridges): ``--project
 DIR --namespace NS`` compiles ``DIR`` and writes ``DIR/build/theorems.json`` in the same
-format, which ``witcert_calculus.theorems.register_theorems`` reads; ``--ship`` copies this
-repository's export into the package (``witcert_calculus/lean_export.json``).
+format, which ``witcert_calculus.lean.theorems.register_theorems`` reads; ``--ship`` copies this
+repository's export into the package (``witcert_calculus/lean/lean_export.json``).
 
 On an official toolchain the same export comes from ``lake build`` and ``lake exe
 axiom_audit > formal/build/axioms.json``: ``--from-audit formal/build/axioms.json`` runs the
@@ -647,7 +647,7 @@ def export_from_audit(formal: Path, root: Path, rows: object, *, toolchain: str,
     return doc, problems
 
 
-SHIPPED = Path("witcert_calculus") / "lean_export.json"
+SHIPPED = Path("witcert_calculus") / "lean" / "lean_export.json"
 """The export shipped with the package (relative to the repository root)."""
 
 

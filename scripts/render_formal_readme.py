@@ -1,8 +1,8 @@
 """Write the Python module <-> Lean file <-> theorem table of ``formal/README.md``.
 
 For each module of the three packages, the theorems it cites are the constants it imports
-from ``witcert_calculus.theorems``; the Lean file of each theorem is its module in the Lean
-export shipped with the package (``witcert_calculus/lean_export.json``). Run after changing
+from ``witcert_calculus.lean.theorems``; the Lean file of each theorem is its module in the Lean
+export shipped with the package (``witcert_calculus/lean/lean_export.json``). Run after changing
 which theorems a module cites or after ``python scripts/lean_driver.py --root . --ship``:
 
     .venv/bin/python scripts/render_formal_readme.py
@@ -27,7 +27,7 @@ PACKAGES = {"witcert_calculus": ROOT / "witcert_calculus",
 
 def _constants() -> dict[str, str]:
     """Constant name -> theorem name, read from the theorems module's source."""
-    tree = ast.parse((ROOT / "witcert_calculus" / "theorems.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "witcert_calculus" / "lean" / "theorems.py").read_text(encoding="utf-8"))
     out: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
@@ -38,7 +38,7 @@ def _constants() -> dict[str, str]:
 
 
 def cited() -> dict[str, list[str]]:
-    """Python module -> the theorems it imports from ``witcert_calculus.theorems``."""
+    """Python module -> the theorems it imports from ``witcert_calculus.lean.theorems``."""
     constants = _constants()
     found: dict[str, list[str]] = {}
     for package, folder in PACKAGES.items():
@@ -47,7 +47,7 @@ def cited() -> dict[str, list[str]]:
             module = ".".join([package, *rel.parts]).removesuffix(".__init__")
             names: set[str] = set()
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.ImportFrom) and node.module == "witcert_calculus.theorems":
+                if isinstance(node, ast.ImportFrom) and node.module == "witcert_calculus.lean.theorems":
                     names |= {constants[a.name] for a in node.names if a.name in constants}
             if names:
                 found[module] = sorted(names)
@@ -56,7 +56,7 @@ def cited() -> dict[str, list[str]]:
 
 def table() -> str:
     """The table, markers included."""
-    export = json.loads((ROOT / "witcert_calculus" / "lean_export.json").read_text(encoding="utf-8"))
+    export = json.loads((ROOT / "witcert_calculus" / "lean" / "lean_export.json").read_text(encoding="utf-8"))
     lean = {t["name"]: t["module"] for t in export["theorems"]}
     rows = ["| Python module | Lean file(s) | theorems cited |", "|---|---|---|"]
     for module, names in cited().items():

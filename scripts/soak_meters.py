@@ -44,12 +44,12 @@ import mpmath as mp
 import numpy as np
 from numpy.typing import NDArray
 
-from witcert_calculus import dispersion
-from witcert_calculus.dither import DitheredKeys, DitherKey, dither_dequantize, dither_quantize, \
+from witcert_calculus.meters import dispersion
+from witcert_calculus.meters.dither import DitheredKeys, DitherKey, dither_dequantize, dither_quantize, \
     dither_variance_proxy, subgaussian_radius
-from witcert_calculus.sentinels import rate_upper_bound, sentinel_rounds
-from witcert_calculus.tv_forms import tv_bounds_batch
-from witcert_calculus.witness import RopeLayout, band_channels, band_witness, logit_bound
+from witcert_calculus.meters.sentinels import rate_upper_bound, sentinel_rounds
+from witcert_calculus.meters.tv_forms import tv_bounds_batch
+from witcert_calculus.meters.witness import RopeLayout, band_channels, band_witness, logit_bound
 
 F64 = NDArray[np.float64]
 TVBoundFn = Callable[[F64, F64], F64]

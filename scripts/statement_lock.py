@@ -2,8 +2,8 @@
 
 ``formal/statements.lock.json`` maps each theorem name to the statement Lean printed for it
 (as recorded in the export). ``tests/test_formal_lock.py`` fails when the shipped export
-(``witcert_calculus/lean_export.json``), the build's export (``formal/build/theorems.json``)
-or the registry of ``witcert_calculus.theorems`` differs from it, naming the statements that
+(``witcert_calculus/lean/lean_export.json``), the build's export (``formal/build/theorems.json``)
+or the registry of ``witcert_calculus.lean.theorems`` differs from it, naming the statements that
 changed, appeared or disappeared. A weakened or rewritten statement therefore cannot pass
 unnoticed: the lock changes only deliberately, in a reviewed diff::
 
@@ -32,7 +32,7 @@ from typing import cast
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = Path("formal") / "statements.lock.json"
 """The lock file, relative to the repository root."""
-SHIPPED = Path("witcert_calculus") / "lean_export.json"
+SHIPPED = Path("witcert_calculus") / "lean" / "lean_export.json"
 UPDATE_HINT = ("if the change is deliberate, regenerate the lock with "
                "`.venv/bin/python scripts/statement_lock.py --update` and commit "
                "formal/statements.lock.json with the change")
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Check or regenerate formal/statements.lock.json.")
     ap.add_argument("--root", type=Path, default=ROOT)
     ap.add_argument("--export", type=Path,
-                    help="the export to read (default ROOT/witcert_calculus/lean_export.json)")
+                    help="the export to read (default ROOT/witcert_calculus/lean/lean_export.json)")
     ap.add_argument("--update", action="store_true",
                     help="rewrite the lock from the export (a deliberate change)")
     args = ap.parse_args(argv)

@@ -14,10 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from witcert_calculus.budget import Probability, telescoping_delta, telescoping_spent
+from witcert_calculus.accounting.budget import telescoping_delta, telescoping_spent
 from witcert_calculus.errors import InvalidValueError, WitcertError
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
+from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.tiers import Proof
 
 TV = AttentionTV[AtConsume]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from witcert_calculus import EDetector, EProcess, InvalidValueError
-from witcert_calculus.changepoint import run_lengths
-from witcert_calculus.eprocess import log_paths
+from witcert_calculus.drift.changepoint import run_lengths
+from witcert_calculus.drift.eprocess import log_paths
 
 NULL, DRIFT = 0.5, 0.8  # Bernoulli means: the certificate promises <= 0.5; the drift is 0.8
 

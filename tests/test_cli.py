@@ -14,10 +14,10 @@ import pytest
 
 from witcert_adapters.cli import main
 from witcert_calculus import Aggregate, tradeoff_curve
-from witcert_calculus.chain_spec import load_chain_spec
-from witcert_calculus.entry_trace import read_entry_trace, write_entry_trace
-from witcert_calculus.gate_laws import gate_threshold
-from witcert_calculus.sentinels import rate_upper_bound_exact
+from witcert_calculus.explore.chain_spec import load_chain_spec
+from witcert_calculus.explore.entry_trace import read_entry_trace, write_entry_trace
+from witcert_calculus.explore.gate_laws import gate_threshold
+from witcert_calculus.meters.sentinels import rate_upper_bound_exact
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ SPEC = ("witness(witness_max=0.02) >> score(scale=0.125, q_norm_max=12) >> eform
 
 def test_explain_prints_stages_theorem_statements_and_tier(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from witcert_calculus.theorems import lookup
+    from witcert_calculus.lean.theorems import lookup
 
     assert main(["explain", SPEC]) == 0
     out = capsys.readouterr().out
@@ -211,7 +211,7 @@ def _checkout(tmp_path: Path) -> Path:
             "build", "__pycache__", ".lake"))
     (root / "formal" / "build").mkdir()
     # The export a Lean build writes has the shipped export's format.
-    shutil.copy(ROOT / "witcert_calculus" / "lean_export.json",
+    shutil.copy(ROOT / "witcert_calculus" / "lean" / "lean_export.json",
                 root / "formal" / "build" / "theorems.json")
     return root
 

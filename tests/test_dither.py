@@ -1,4 +1,4 @@
-"""Tests of witcert_calculus.dither: the Philox stream, the dithered INT8 quantizer, Tier B."""
+"""Tests of witcert_calculus.meters.dither: the Philox stream, the dithered INT8 quantizer, Tier B."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import golden, second
 
-from witcert_calculus.dither import (
+from witcert_calculus.meters.dither import (
     NON_ADAPTIVE,
     QMAX,
     DitherKey,
@@ -29,8 +29,8 @@ from witcert_calculus.dither import (
     tier_b_certificate,
 )
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.tv_forms import tv_eform
-from witcert_calculus.witness import RopeLayout
+from witcert_calculus.meters.tv_forms import tv_eform
+from witcert_calculus.meters.witness import RopeLayout
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Composition, Restricted, Tier, theorems_of
 
@@ -312,15 +312,19 @@ def _store(seed: int = 10, s: int = 32, d: int = 16):  # type: ignore[no-untyped
 
 
 def test_tier_b_logit_bound_is_established_on_its_event_with_its_assumptions() -> None:
-    from witcert_calculus.dither import NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM, tier_b_logit_bound
+    from witcert_calculus.meters.dither import (
+        NON_ADAPTIVE_QUERIES,
+        PHILOX_UNIFORM,
+        tier_b_logit_bound,
+    )
+    from witcert_calculus.meters.witness import LogitBound, is_established
     from witcert_calculus.tiers import assumptions_of, decide_tier
-    from witcert_calculus.witness import LogitBound, is_established
     x, q, st_, p = _store()
     d = x.shape[1]
     dl = 1e-4
     u = tier_b_logit_bound(q, st_, scale=d ** -0.5, delta_loc=dl)
     assert isinstance(u, LogitBound) and is_established(u)
-    assert u.delta == Fraction(dl) and u.source == "witcert_calculus.dither.tier_b_logit_bound"
+    assert u.delta == Fraction(dl) and u.source == "witcert_calculus.meters.dither.tier_b_logit_bound"
     assert u.assumptions == (NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM)
     assert assumptions_of(u.evidence) == u.assumptions
     assert decide_tier(u.evidence) is Tier.PARTIALLY_CERTIFIED
@@ -337,8 +341,8 @@ def test_tier_b_logit_bound_is_established_on_its_event_with_its_assumptions() -
 
 
 def test_a_tier_a_part_plus_a_tier_b_part_keeps_the_event_and_the_assumptions() -> None:
-    from witcert_calculus.dither import tier_b_logit_bound
-    from witcert_calculus.witness import band_witness, logit_bound
+    from witcert_calculus.meters.dither import tier_b_logit_bound
+    from witcert_calculus.meters.witness import band_witness, logit_bound
     x, q, st_, p = _store(11)
     d = x.shape[1]
     u = tier_b_logit_bound(q, st_, scale=d ** -0.5, delta_loc=1e-3)
@@ -356,8 +360,8 @@ def test_the_tier_b_premises_are_computed_from_the_store() -> None:
     """A store whose codes left [-QMAX, QMAX] fails the premise instead of certifying."""
     import dataclasses
 
-    from witcert_calculus.dither import tier_b_logit_bound
     from witcert_calculus.errors import PremiseError
+    from witcert_calculus.meters.dither import tier_b_logit_bound
     x, q, st_, p = _store(12)
     bad = dataclasses.replace(st_, payload=np.full_like(st_.payload, -128))
     with pytest.raises(PremiseError, match="QMAX|127"):

@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from witcert_calculus.eprocess import VILLE_THEOREM, EProcess, EProcessState, log_factors, log_paths
+from witcert_calculus.drift.eprocess import (
+    VILLE_THEOREM,
+    EProcess,
+    EProcessState,
+    log_factors,
+    log_paths,
+)
 from witcert_calculus.errors import InvalidValueError
 
 

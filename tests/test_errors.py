@@ -64,7 +64,7 @@ SAMPLES: list[tuple[WitcertError, type[Exception]]] = [
     (UnknownTheoremError("WitCert.Nope.nope", 12), ValueError),
     (TheoremExportError("/tmp/theorems.json", "not a JSON list"), ValueError),
     (ChainSpecError("stage 2 ('nope')", "names no bridge 'nope'"), ValueError),
-    (ForgedBoundError("LogitBound", ("witcert_calculus.witness.logit_bound",)), TypeError),
+    (ForgedBoundError("LogitBound", ("witcert_calculus.meters.witness.logit_bound",)), TypeError),
 ]
 
 
@@ -107,9 +107,9 @@ def test_ledger_refusals_say_what_moved_and_who_owns() -> None:
 
 
 def test_a_forged_bound_names_the_type_and_its_establishers() -> None:
-    err = ForgedBoundError("LogitBound", ("witcert_calculus.witness.logit_bound",
-                                          "witcert_calculus.dither.tier_b_logit_bound"))
+    err = ForgedBoundError("LogitBound", ("witcert_calculus.meters.witness.logit_bound",
+                                          "witcert_calculus.meters.dither.tier_b_logit_bound"))
     text = str(err)
     assert err.kind == "LogitBound" and "LogitBound" in text
-    assert "witcert_calculus.witness.logit_bound" in text and "tier_b_logit_bound" in text
+    assert "witcert_calculus.meters.witness.logit_bound" in text and "tier_b_logit_bound" in text
     assert "assumption" in text  # the fix: pass the plain array, carried as an assumption

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from witcert_calculus.budget import Probability
-from witcert_calculus.entries import certify_entries
+from witcert_calculus.accounting.entries import certify_entries
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.events import (
+from witcert_calculus.numerics.probability import Probability
+from witcert_calculus.accounting.events import (
     AddSentinel,
     Admit,
     AdmitEntries,
@@ -26,7 +26,7 @@ from witcert_calculus.events import (
     SlotWrite,
     decode,
 )
-from witcert_calculus.records import EventKind
+from witcert_calculus.accounting.records import EventKind
 from witcert_calculus.tiers import Tier
 
 

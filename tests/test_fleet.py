@@ -25,15 +25,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 
-from witcert_adapters.fleet import (
-    FleetLedger,
-    HeadShard,
-    check_sharding,
-    merge_journals,
-)
-from witcert_calculus.budget import Probability, telescoping_delta, telescoping_spent
+from witcert_adapters.fleet import FleetLedger
+from witcert_adapters.head_shards import HeadShard, check_sharding
+from witcert_adapters.journal_merge import merge_journals
+from witcert_calculus.accounting.budget import telescoping_delta, telescoping_spent
+from witcert_calculus.accounting.entries import Aggregate
 from witcert_calculus.contracts import Reading
-from witcert_calculus.entries import Aggregate
+from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.errors import (
     AdmissionError,
     InvalidValueError,

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 import witcert_calculus
-from witcert_calculus import bridges, contracts, metrics, theorems, tiers
+from witcert_calculus import bridges, contracts, metrics, tiers
 from witcert_calculus.errors import MetricMismatchError
+from witcert_calculus.lean import theorems
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMAL = ROOT / "formal"

@@ -229,7 +229,7 @@ def _current_build() -> bool:
 
 def test_discovery_agrees_with_the_exports() -> None:
     """The regex's list is exactly the names in the shipped export and the build's export."""
-    exports = [ROOT / "witcert_calculus" / "lean_export.json", BUILD / "theorems.json"]
+    exports = [ROOT / "witcert_calculus" / "lean" / "lean_export.json", BUILD / "theorems.json"]
     if not exports[1].exists():
         pytest.fail(f"{exports[1]} is missing: run scripts/lean_build.sh before the tests")
     assert lean_audit.crosscheck(FORMAL, exports=exports) == []
@@ -251,7 +251,7 @@ def test_discovery_agrees_with_what_lean_compiled() -> None:
 
 
 def test_a_disagreement_is_reported_by_name(tmp_path: Path) -> None:
-    shipped = json.loads((ROOT / "witcert_calculus" / "lean_export.json").read_text("utf-8"))
+    shipped = json.loads((ROOT / "witcert_calculus" / "lean" / "lean_export.json").read_text("utf-8"))
     dropped = shipped["theorems"].pop()["name"]
     shipped["theorems"].append({"name": "WitCert.Ghost.made_by_a_macro", "module": "X",
                                 "statement": "True"})

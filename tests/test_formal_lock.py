@@ -1,9 +1,9 @@
 """The statement lock: Lean's exported statements, the registry and the committed lock agree.
 
 ``formal/statements.lock.json`` holds every exported theorem's elaborated statement. These
-tests fail when the shipped export (``witcert_calculus/lean_export.json``), the build's export
-(``formal/build/theorems.json``) or the registry differs from it; the message names what
-changed, appeared or disappeared and how to update the lock deliberately
+tests fail when the shipped export (``witcert_calculus/lean/lean_export.json``), the build's
+export (``formal/build/theorems.json``) or the registry differs from it; the message names
+what changed, appeared or disappeared and how to update the lock deliberately
 (``python scripts/statement_lock.py --update``).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from witcert_calculus import theorems
+from witcert_calculus.lean import theorems
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -71,7 +71,7 @@ def test_the_registry_shows_each_cited_statement_as_locked(lock: dict[str, str])
             f"{name}: the registry shows\n  {rec.statement}\nthe lock holds\n  {lock[name]}")
     builtin = {n: r.statement for n, r in theorems.registered_theorems().items()
                if r.origin == theorems.BUILTIN_ORIGIN}
-    _assert_matches(lock, builtin, "the registry (witcert_calculus.theorems)")
+    _assert_matches(lock, builtin, "the registry (witcert_calculus.lean.theorems)")
 
 
 def test_a_report_names_changed_appeared_and_disappeared_statements() -> None:
@@ -92,7 +92,7 @@ def test_a_report_names_changed_appeared_and_disappeared_statements() -> None:
 
 def _scratch_root(tmp_path: Path) -> Path:
     (tmp_path / "formal").mkdir()
-    (tmp_path / "witcert_calculus").mkdir()
+    (tmp_path / "witcert_calculus" / "lean").mkdir(parents=True)
     shutil.copy2(LOCK, tmp_path / statement_lock.LOCK)
     shutil.copy2(SHIPPED, tmp_path / statement_lock.SHIPPED)
     return tmp_path

@@ -73,7 +73,7 @@ def test_sync_check_fails_on_the_sharp_bridge_at_osc_over_2(scratch: Path) -> No
 
 
 def test_sync_check_fails_on_a_changed_telescoping_formula(scratch: Path) -> None:
-    _edit(scratch / "witcert_calculus" / "budget.py",
+    _edit(scratch / "witcert_calculus" / "accounting" / "budget.py",
           "return Probability.budget(delta_req).exact / ((k + 1) * (k + 2))",
           "return Probability.budget(delta_req).exact / ((k + 1) * (k + 3))")
     proc = _run(scratch)
@@ -86,7 +86,7 @@ def test_sync_check_fails_on_a_changed_telescoping_formula(scratch: Path) -> Non
 
 
 def test_sync_check_fails_on_a_changed_closed_form(scratch: Path) -> None:
-    _edit(scratch / "witcert_calculus" / "budget.py",
+    _edit(scratch / "witcert_calculus" / "accounting" / "budget.py",
           "return Probability.budget(delta_req).exact * (1 - Fraction(1, k + 1))",
           "return Probability.budget(delta_req).exact * (1 - Fraction(1, k + 2))")
     proc = _run(scratch)
@@ -95,7 +95,7 @@ def test_sync_check_fails_on_a_changed_closed_form(scratch: Path) -> None:
 
 
 def test_sync_check_fails_on_the_meter_core(scratch: Path) -> None:
-    _edit(scratch / "witcert_calculus" / "tv_forms.py",
+    _edit(scratch / "witcert_calculus" / "meters" / "tv_forms.py",
           "out: F64 = 0.5 * b * (b + 2.0)", "out: F64 = 0.5 * b * (b + 1.0)")
     proc = _run(scratch)
     assert proc.returncode != 0
@@ -119,7 +119,7 @@ def test_sync_check_fails_on_a_consistently_changed_telescoping_budget(scratch: 
     """Both the allowance and its closed form halved: the library agrees with itself, so only
     the comparison with the committed checks (and, in the Lean build, with
     ``WitCert.Ledger.telescopeDelta`` / ``WitCert.Ledger.spent``) catches it."""
-    budget = scratch / "witcert_calculus" / "budget.py"
+    budget = scratch / "witcert_calculus" / "accounting" / "budget.py"
     _edit(budget, "return Probability.budget(delta_req).exact / ((k + 1) * (k + 2))",
           "return Probability.budget(delta_req).exact / (2 * (k + 1) * (k + 2))")
     _edit(budget, "return Probability.budget(delta_req).exact * (1 - Fraction(1, k + 1))",
@@ -135,7 +135,7 @@ def test_sync_check_fails_on_a_consistently_changed_telescoping_budget(scratch: 
     ("bridges.py", "a=1, b=(mo + mi) / 2,", "a=1, b=(mo + mi) / 4,", "Bridges.selectionOffset"),
     ("bridges.py", "a=slope, b=0, cap=e0,", "a=slope, b=0, cap=2 * e0,",
      "Analytic.affineSlopeArg"),
-    ("tv_forms.py", "out: F64 = c.max(axis=-1)\n", "out: F64 = c.max(axis=-1) / 4\n",
+    ("meters/tv_forms.py", "out: F64 = c.max(axis=-1)\n", "out: F64 = c.max(axis=-1) / 4\n",
      "Analytic.sharpLinfArg"),
 ], ids=["selection-offset", "affine-cap", "tanh-max-argument"])
 def test_sync_check_fails_on_a_drifted_coefficient(scratch: Path, module: str, old: str,

@@ -1,4 +1,4 @@
-"""Tests of witcert_calculus.formats: fp8 codes, the residual bound each code carries,
+"""Tests of witcert_calculus.meters.formats: fp8 codes, the residual bound each code carries,
 the box logit bound, and the token-wise minimum of two bounds.
 
 The writers here are references written for the tests, in numpy float32 (a truncating writer
@@ -17,12 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
-from witcert_calculus.formats import EPS, ETA, Fp8Format, Rounding, code_step, \
+from witcert_calculus.meters.formats import EPS, ETA, Fp8Format, Rounding, code_step, \
     code_value, format_logit_bound, format_witness, witness_exact, witness_table
-from witcert_calculus.theorems import BOX_LOGIT_BOUND_SOUND, MIN_BOUND_SOUND
+from witcert_calculus.lean.theorems import BOX_LOGIT_BOUND_SOUND, MIN_BOUND_SOUND
+from witcert_calculus.meters.tv_forms import tv_meter
+from witcert_calculus.meters.witness import RopeLayout, band_witness, logit_bound, tighter
 from witcert_calculus.tiers import Tier, decide_tier, theorems_of
-from witcert_calculus.tv_forms import tv_meter
-from witcert_calculus.witness import RopeLayout, band_witness, logit_bound, tighter
 from witcert_kernels import meter as tmeter
 
 FORMATS = (Fp8Format.E4M3, Fp8Format.E5M2)

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from witcert_calculus.accounting.budget import telescoping_spent
+from witcert_calculus.accounting.journal import FORMAT_VERSION
+from witcert_calculus.accounting.records import EmpiricalPolicy
 from witcert_calculus.contracts import Reading, Regime
 from witcert_calculus.errors import JournalError, SlotOwnershipError
-from witcert_calculus.journal import FORMAT_VERSION
-from witcert_calculus.budget import telescoping_spent
 from witcert_calculus.ledger import RiskLedger
-from witcert_calculus.records import EmpiricalPolicy
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Measurement, Proof, Restricted
 

@@ -7,6 +7,11 @@ function, under ``TYPE_CHECKING``) and every string constant that names a module
 three packages (``importlib.import_module("...")`` or a lazy-import table). A module's
 import of ``pkg.mod`` is an edge to ``pkg.mod``; ``from pkg import name`` is an edge to
 ``pkg.name`` when that is a module, and to ``pkg`` (its ``__init__``) otherwise.
+
+Inside ``witcert_calculus`` the modules live in rooms: the faces a user imports sit at the
+top (the algebra: ``metrics``, ``tiers``, ``contracts``, ``bridges``; the ``ledger``; the
+``errors``), every other module in the subpackage of its concern. :data:`ALLOWED` says which
+rooms each room may import; a room that no other lists (``explore``, ``export``) is a leaf.
 """
 
 from __future__ import annotations
@@ -73,6 +78,79 @@ class ImportGraph:
         def layer(m: str) -> int:
             return layers[m.split(".")[0]]
         return sorted((a, b) for a, bs in self.edges.items() for b in bs if layer(b) > layer(a))
+
+
+#: The library's faces (top-level modules) and the room each belongs to for the rules.
+FACES: dict[str, str] = {"metrics": "algebra", "tiers": "algebra", "contracts": "algebra",
+                         "bridges": "algebra", "ledger": "ledger", "errors": "errors"}
+#: The library's rooms (subpackages), each a concern.
+ROOMS: frozenset[str] = frozenset({"numerics", "lean", "meters", "accounting", "drift",
+                                   "explore", "export"})
+
+#: Room -> the rooms its modules may import (its own always). The package face
+#: (``witcert_calculus/__init__.py``) may import every room; no room imports it.
+ALLOWED: dict[str, frozenset[str]] = {
+    "errors": frozenset(),
+    # input checks, exact probabilities, outward rounding: the bottom room
+    "numerics": frozenset({"errors"}),
+    # the Lean link: theorem names, modelling steps (which carry a tier)
+    "lean": frozenset({"errors", "numerics", "algebra"}),
+    # the contract algebra imports no meter, no accounting, no drift
+    "algebra": frozenset({"errors", "numerics", "lean"}),
+    # the meters import no accounting and no drift
+    "meters": frozenset({"errors", "numerics", "lean", "algebra"}),
+    # drift detection knows neither the meters nor the ledger's books
+    "drift": frozenset({"errors", "numerics", "lean"}),
+    # the ledger's books: no meter
+    "accounting": frozenset({"errors", "numerics", "lean", "algebra", "drift"}),
+    "ledger": frozenset({"errors", "numerics", "lean", "algebra", "drift", "accounting"}),
+    # the leaves: nothing but the package face imports them
+    "explore": frozenset({"errors", "numerics", "lean", "algebra", "accounting"}),
+    "export": frozenset({"errors", "numerics", "lean", "algebra", "accounting"}),
+}
+
+#: The edges allowed across the rules, each with its reason (each must still exist).
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("witcert_calculus.ledger", "witcert_calculus.export.prometheus"):
+        "RiskLedger.prometheus() loads the export on first use",
+    ("witcert_calculus.export.telemetry", "witcert_calculus"):
+        "the tracer's name is the package's name (a string, not an import)",
+}
+
+
+def room_of(module: str, package: str = "witcert_calculus",
+            faces: dict[str, str] = FACES, rooms: frozenset[str] = ROOMS) -> str | None:
+    """The room of a module of ``package`` (``"face"`` for the package face), None if none."""
+    parts = module.split(".")
+    if parts[0] != package:
+        raise ValueError(f"{module} is not in {package}")
+    if len(parts) == 1:
+        return "face"
+    if parts[1] in rooms:
+        return parts[1]
+    return faces.get(parts[1]) if len(parts) == 2 else None
+
+
+def room_violations(graph: ImportGraph, *, package: str = "witcert_calculus",
+                    faces: dict[str, str] = FACES, rooms: frozenset[str] = ROOMS,
+                    allowed: dict[str, frozenset[str]] = ALLOWED,
+                    exceptions: dict[tuple[str, str], str] = EXCEPTIONS,
+                    ) -> list[tuple[str, str]]:
+    """Edges inside ``package`` from a room to one it may not import (exceptions excepted)."""
+    bad: list[tuple[str, str]] = []
+    for a, bs in graph.edges.items():
+        if a.split(".")[0] != package:
+            continue
+        ra = room_of(a, package, faces, rooms)
+        for b in bs:
+            if b.split(".")[0] != package or (a, b) in exceptions:
+                continue
+            rb = room_of(b, package, faces, rooms)
+            if ra == "face" or ra == rb:
+                continue
+            if ra is None or rb is None or rb not in allowed.get(ra, frozenset()):
+                bad.append((a, b))
+    return sorted(bad)
 
 
 def module_name(package: str, folder: Path, path: Path) -> str:
@@ -150,6 +228,74 @@ def test_every_package_is_parsed() -> None:
     assert any(e.startswith("witcert_calculus.") for e in graph.edges["witcert_adapters.hf"])
 
 
+# ----------------------------------------------------------------------------- rooms
+
+def test_every_library_module_is_a_face_or_in_a_room() -> None:
+    """``ls witcert_calculus/`` shows the faces and the rooms, nothing else."""
+    folder = ROOT / "witcert_calculus"
+    top = sorted(p.stem for p in folder.glob("*.py") if p.name != "__init__.py")
+    assert top == sorted(FACES), f"top-level modules that are not faces: {set(top) - set(FACES)}"
+    subpackages = sorted(p.name for p in folder.iterdir()
+                         if p.is_dir() and p.name != "__pycache__")
+    assert subpackages == sorted(ROOMS), subpackages
+    for room in ROOMS:
+        assert (folder / room / "__init__.py").is_file(), room
+    unplaced = [m for m in _graph().modules
+                if m.split(".")[0] == "witcert_calculus" and room_of(m) is None]
+    assert not unplaced, unplaced
+    assert set(ALLOWED) == ROOMS | set(FACES.values())
+
+
+def test_the_rooms_keep_their_rules() -> None:
+    bad = room_violations(_graph())
+    assert not bad, ("imports across the rooms' rules (see ALLOWED in tests/test_layout.py; "
+                     f"move the code to the room it belongs to): {bad}")
+
+
+def test_every_exception_is_still_needed() -> None:
+    graph = _graph()
+    stale = [e for e in EXCEPTIONS if e[1] not in graph.edges.get(e[0], set())]
+    assert not stale, f"exceptions to the room rules that no longer occur: {stale}"
+
+
+def test_the_leaves_are_imported_by_the_package_face_only() -> None:
+    graph = _graph()
+    for leaf in ("explore", "export"):
+        importers = sorted(a for a, bs in graph.edges.items() for b in bs
+                           if a.startswith("witcert_calculus.") and b.startswith("witcert_calculus.")
+                           and room_of(b) == leaf and room_of(a) != leaf
+                           and (a, b) not in EXCEPTIONS)
+        assert not importers, (leaf, importers)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("witcert_calculus.contracts", "witcert_calculus.meters.witness"),      # algebra -> meter
+    ("witcert_calculus.meters.dither", "witcert_calculus.accounting.budget"),  # meter -> books
+    ("witcert_calculus.drift.eprocess", "witcert_calculus.accounting.records"),
+    ("witcert_calculus.accounting.state", "witcert_calculus.export.prometheus"),  # not a leaf
+    ("witcert_calculus.numerics.rounding", "witcert_calculus.tiers"),       # bottom room
+    ("witcert_calculus.meters.witness", "witcert_calculus"),                # the package face
+    ("witcert_calculus.stray", "witcert_calculus.errors"),                  # a module in no room
+])
+def test_a_planted_room_violation_is_caught(a: str, b: str) -> None:
+    graph = _graph()
+    edges = {m: set(bs) for m, bs in graph.edges.items()}
+    edges.setdefault(a, set()).add(b)
+    planted = ImportGraph({**graph.modules, a: graph.modules.get(a, ROOT)}, edges)
+    assert room_violations(planted) == [(a, b)]
+
+
+def test_a_planted_room_tree_is_checked(tmp_path: Path) -> None:
+    pkgs = _plant(tmp_path, {"lowpkg/__init__.py": "from lowpkg.meters.m import f\n",
+                             "lowpkg/core.py": "from lowpkg.meters.m import f\n",
+                             "lowpkg/meters/__init__.py": "",
+                             "lowpkg/meters/m.py": "from lowpkg.core import g\nf = 1\n"})
+    rules = dict(package="lowpkg", faces={"core": "algebra"}, rooms=frozenset({"meters"}),
+                 allowed={"algebra": frozenset(), "meters": frozenset({"algebra"})},
+                 exceptions={})
+    assert room_violations(build_graph(pkgs), **rules) == [("lowpkg.core", "lowpkg.meters.m")]
+
+
 # ----------------------------------------------------------------------------- planted faults
 
 def _plant(root: Path, files: dict[str, str]) -> dict[str, Path]:
@@ -225,8 +371,10 @@ def test_a_module_implements_or_reexports_never_both() -> None:
 def test_the_readme_layout_names_every_library_module() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     layout = text.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
-    missing = [p.name for p in sorted((ROOT / "witcert_calculus").glob("*.py"))
-               if p.name != "__init__.py" and f"`witcert_calculus/{p.name}`" not in layout]
+    folder = ROOT / "witcert_calculus"
+    missing = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*.py"))
+               if p.name != "__init__.py"
+               and f"`witcert_calculus/{p.relative_to(folder).as_posix()}`" not in layout]
     assert not missing, f"README.md's layout table does not name: {missing}"
     for folder in ("kernels/witcert_kernels", "adapters/witcert_adapters"):
         names = [p.name for p in sorted((ROOT / folder).glob("*.py")) if p.name != "__init__.py"]

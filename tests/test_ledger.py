@@ -21,8 +21,8 @@ from witcert_calculus.errors import (
     ReusedRequestIdError,
     UnknownRequestError,
 )
-from witcert_calculus.budget import SPEND_THEOREMS, telescoping_delta, telescoping_spent
-from witcert_calculus.entries import (
+from witcert_calculus.accounting.budget import SPEND_THEOREMS, telescoping_delta, telescoping_spent
+from witcert_calculus.accounting.entries import (
     ENTRY_THEOREM,
     Aggregate,
     certify_entries,
@@ -30,8 +30,8 @@ from witcert_calculus.entries import (
     sum_upper,
     tradeoff_curve,
 )
+from witcert_calculus.accounting.records import Decision, EmpiricalPolicy, EventKind
 from witcert_calculus.ledger import RiskLedger
-from witcert_calculus.records import Decision, EmpiricalPolicy, EventKind
 from witcert_calculus.metrics import AtConsume, AttentionTV, LogitLinf
 from witcert_calculus.tiers import Measurement, Proof, Restricted, Tier
 

@@ -23,10 +23,10 @@ from witcert_calculus.errors import (
     StaleReadError,
     UnwrittenSlotError,
 )
-from witcert_calculus.budget import telescoping_delta, telescoping_spent
+from witcert_calculus.accounting.budget import telescoping_delta, telescoping_spent
+from witcert_calculus.accounting.slots import SlotState
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
-from witcert_calculus.slots import SlotState
 from witcert_calculus.tiers import Proof
 
 TV = AttentionTV[AtConsume]

@@ -21,12 +21,12 @@ import witcert_calculus
 from witcert_calculus import meters
 from witcert_calculus.bridges import rank_prefix_selection
 from witcert_calculus.contracts import Reading, chain
-from witcert_calculus.dispersion import DISPERSION_COUNTEREXAMPLE, dispersion_bound_unsound
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.output_bound import RHO_ASSUMPTION, VALUE_NORM_ASSUMPTION, \
+from witcert_calculus.meters.dispersion import DISPERSION_COUNTEREXAMPLE, dispersion_bound_unsound
+from witcert_calculus.meters.output_bound import RHO_ASSUMPTION, VALUE_NORM_ASSUMPTION, \
     output_error_bound, output_error_contract
-from witcert_calculus.page_in import block_summary, page_in_order
-from witcert_calculus.tv_forms import (
+from witcert_calculus.meters.page_in import block_summary, page_in_order
+from witcert_calculus.meters.tv_forms import (
     tv_bounds_batch,
     tv_eform,
     tv_meter,
@@ -34,9 +34,9 @@ from witcert_calculus.tv_forms import (
     tv_tanh_max,
     tv_two_sided,
 )
+from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND, LogitBound, RopeLayout, logit_bound
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, AttentionTV
 from witcert_calculus.tiers import Proof, Restricted, Tier
-from witcert_calculus.witness import CALLER_LOGIT_BOUND, LogitBound, RopeLayout, logit_bound
 
 FORMS = (tv_eform, tv_two_sided, tv_retention, tv_meter)
 

@@ -1,4 +1,4 @@
-"""witcert_calculus.prometheus: the ledger's and the meters' families through prometheus_client."""
+"""witcert_calculus.export.prometheus: the ledger's and the meters' families through prometheus_client."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError, NotAMetricError
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV, LogitLinf
-from witcert_calculus.prometheus import (
+from witcert_calculus.export.prometheus import (
     FORBIDDEN_LABELS,
     LedgerCollector,
     MeterExport,

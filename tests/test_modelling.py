@@ -11,7 +11,7 @@ import pytest
 
 from witcert_calculus import AtConsume, Tier, softmax_tv_eform
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.modelling import (
+from witcert_calculus.lean.modelling import (
     FLOAT_ROUNDING,
     HIGH_PRECISION,
     SENTINEL_DRAWS,
@@ -23,9 +23,9 @@ from witcert_calculus.modelling import (
     modelling_of,
     steps_for,
 )
-from witcert_calculus.theorems import TV_EFORM_SOUND, cited_theorems, lookup
-from witcert_calculus.tv_forms import tv_eform
-from witcert_calculus.witness import RopeLayout, logit_bound
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND, cited_theorems, lookup
+from witcert_calculus.meters.tv_forms import tv_eform
+from witcert_calculus.meters.witness import RopeLayout, logit_bound
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL_STEPS = tuple(dict.fromkeys(s for steps in STEPS.values() for s in steps))

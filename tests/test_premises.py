@@ -1,8 +1,8 @@
 """No premise is asserted: every ``Premise`` truth value is computed, in all three packages.
 
 A premise is computed from the arguments, carried by a type only the establishing function
-can produce (a :class:`~witcert_calculus.witness.LogitBound`, whose TV evidence comes from
-:meth:`~witcert_calculus.tv_forms.TVBasis.evidence`), or stated as an
+can produce (a :class:`~witcert_calculus.meters.witness.LogitBound`, whose TV evidence comes from
+:meth:`~witcert_calculus.meters.tv_forms.TVBasis.evidence`), or stated as an
 :class:`~witcert_calculus.tiers.Assumption`, which limits the tier. A literal ``True`` in
 ``Premise(...)`` (or ``holds=True``, or a ``(statement, True)`` pair handed to a proof
 helper) is a tier that the machine did not decide; this test names each one by file and line.

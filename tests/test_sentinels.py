@@ -1,4 +1,4 @@
-"""Tests of witcert_calculus.sentinels: sampling sentinel rounds and the coverage rate bound."""
+"""Tests of witcert_calculus.meters.sentinels: sampling sentinel rounds and the coverage rate bound."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from reference import exact, golden, second
 
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.sentinels import rate_upper_bound, sentinel_miss_probability, \
+from witcert_calculus.meters.sentinels import rate_upper_bound, sentinel_miss_probability, \
     sentinel_rounds
 
 

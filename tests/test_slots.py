@@ -18,8 +18,8 @@ from witcert_calculus.errors import (
     UnknownRequestError,
     UnwrittenSlotError,
 )
+from witcert_calculus.accounting.slots import ReadGrant, SlotState
 from witcert_calculus.ledger import RiskLedger
-from witcert_calculus.slots import ReadGrant, SlotState
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Proof
 

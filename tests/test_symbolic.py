@@ -20,8 +20,8 @@ from witcert_calculus import (
     softmax_tv_tanh_osc,
     witness_contract,
 )
-from witcert_calculus.gate_laws import gate_bound, gate_threshold
-from witcert_calculus.symbolic import (
+from witcert_calculus.explore.gate_laws import gate_bound, gate_threshold
+from witcert_calculus.explore.symbolic import (
     forward_law,
     gate_law,
     invert,

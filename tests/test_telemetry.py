@@ -1,4 +1,4 @@
-"""witcert_calculus.telemetry: one OpenTelemetry span per request verdict (SDK in-memory export)."""
+"""witcert_calculus.export.telemetry: one OpenTelemetry span per request verdict (SDK in-memory export)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from witcert_calculus.budget import telescoping_spent
+from witcert_calculus.accounting.budget import telescoping_spent
+from witcert_calculus.accounting.records import EmpiricalPolicy
 from witcert_calculus.contracts import Reading, Regime
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.export.telemetry import SPAN_NAME, VerdictSpans, verdict_attributes
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
-from witcert_calculus.records import EmpiricalPolicy
-from witcert_calculus.telemetry import SPAN_NAME, VerdictSpans, verdict_attributes
 from witcert_calculus.tiers import Measurement, Proof, Tier
 
 TV = AttentionTV[AtConsume]
@@ -132,8 +132,8 @@ def test_fleet_verdict_span(spans: tuple[VerdictSpans, InMemorySpanExporter]) ->
 
 
 def test_import_stays_free_of_opentelemetry() -> None:
-    code = ("import sys, witcert_calculus, witcert_calculus.ledger, witcert_calculus.records; "
-            "print('opentelemetry' in sys.modules); import witcert_calculus.telemetry; "
+    code = ("import sys, witcert_calculus, witcert_calculus.ledger, witcert_calculus.accounting.records; "
+            "print('opentelemetry' in sys.modules); import witcert_calculus.export.telemetry; "
             "print('opentelemetry' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()

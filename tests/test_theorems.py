@@ -22,8 +22,8 @@ from witcert_calculus import (
     score_bridge,
     softmax_tv_eform,
 )
-from witcert_calculus import theorems
 from witcert_calculus.errors import TheoremExportError, UnknownTheoremError
+from witcert_calculus.lean import theorems
 
 SHIPPED = Path(theorems.__file__).with_name("lean_export.json")
 

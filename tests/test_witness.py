@@ -1,4 +1,4 @@
-"""Tests of witcert_calculus.witness: band witnesses, band unitarity under RoPE, logit bound."""
+"""Tests of witcert_calculus.meters.witness: band witnesses, band unitarity under RoPE, logit bound."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sympy
 from reference import exact, golden, second
 
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.witness import (
+from witcert_calculus.meters.witness import (
     RopeLayout,
     band_channels,
     band_norms,
@@ -23,17 +23,17 @@ from witcert_calculus.witness import (
     logit_bound,
 )
 from witcert_calculus.bridges import softmax_tv_eform
-from witcert_calculus.tv_forms import tv_meter
-from witcert_calculus.witness import logit_linf_reading
+from witcert_calculus.meters.tv_forms import tv_meter
+from witcert_calculus.meters.witness import LOGIT_BOUND_THEOREM, _pair_channels
+from witcert_calculus.meters.witness import logit_linf_reading
 from witcert_calculus.metrics import AtConsume, AttentionTV, LogitLinf
 from witcert_calculus.tiers import Tier
-from witcert_calculus.witness import LOGIT_BOUND_THEOREM, _pair_channels
 import pickle
 
 from witcert_calculus.errors import ForgedBoundError
-from witcert_calculus.rounding import add_up as _add_up
+from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND, LogitBound, is_established
+from witcert_calculus.numerics.rounding import add_up as _add_up
 from witcert_calculus.tiers import Proof, decide_tier
-from witcert_calculus.witness import CALLER_LOGIT_BOUND, LogitBound, is_established
 
 LAYOUTS = (RopeLayout.INTERLEAVED, RopeLayout.HALF_SPLIT)
 
@@ -304,7 +304,7 @@ def test_logit_bound_is_established_by_construction() -> None:
     c, err = _tier_a()
     assert isinstance(c, LogitBound) and is_established(c)
     assert np.all(c.values >= err) and c.delta == 0 and c.assumptions == ()
-    assert c.source == "witcert_calculus.witness.logit_bound"
+    assert c.source == "witcert_calculus.meters.witness.logit_bound"
     assert isinstance(c.evidence, Proof) and c.evidence.theorem == LOGIT_BOUND_THEOREM
     assert all(p.holds for p in c.evidence.premises) and c.evidence.premises
     assert not is_established(c.values) and not is_established(None)

@@ -15,14 +15,22 @@ Main declarations (see each module for more):
   their gate-law inverses :func:`gate_threshold` (:class:`GateForm`)
 - errors: :class:`WitcertError` and its tree
 
-- ledger: :class:`RiskLedger`, with :class:`Probability` and :func:`telescoping_delta` (budget),
-  :class:`Verdict` (records), :class:`SlotTable` (slots), :class:`EProcess` (eprocess)
+- ledger: :class:`RiskLedger`, with :class:`Probability` (numerics), :func:`telescoping_delta`
+  (budget), :class:`Verdict` (records), :class:`SlotTable` (slots), :class:`EProcess` (eprocess)
 - meters (:mod:`witcert_calculus.meters` says which module holds each):
   :func:`band_witness`, :func:`logit_bound`, :func:`format_logit_bound`, :func:`tv_meter`,
   :func:`tv_eform`, ...
 
 Heavy modules (bridges, ledger and meters, which need numpy) load on first use, so that
 ``import witcert_calculus`` stays fast.
+
+Layout: the faces above (``metrics``, ``tiers``, ``contracts``, ``bridges``, ``ledger``,
+``errors``) sit at the top of the package; every other module lives in the room of its
+concern: :mod:`~witcert_calculus.lean` (theorem names, modelling steps),
+:mod:`~witcert_calculus.numerics` (input checks, :class:`Probability`, outward rounding),
+:mod:`~witcert_calculus.meters`, :mod:`~witcert_calculus.accounting` (the ledger's books),
+:mod:`~witcert_calculus.drift`, :mod:`~witcert_calculus.explore` and
+:mod:`~witcert_calculus.export`. Every name above is importable from here.
 """
 
 from __future__ import annotations
@@ -106,7 +114,34 @@ from witcert_calculus.tiers import (
 )
 
 if TYPE_CHECKING:
-    from witcert_calculus.changepoint import EDetector
+    from witcert_calculus.accounting.budget import (
+        telescoping_delta,
+        telescoping_spent,
+    )
+    from witcert_calculus.accounting.entries import (
+        Aggregate,
+        certify_entries,
+        certify_step,
+        EntryCertification,
+        tradeoff_curve,
+    )
+    from witcert_calculus.accounting.records import (
+        Admission,
+        Decision,
+        EmpiricalPolicy,
+        EntryAdmission,
+        EventCounts,
+        EventKind,
+        LedgerStats,
+        Verdict,
+    )
+    from witcert_calculus.accounting.slots import (
+        ReadGrant,
+        SlotRead,
+        SlotRecord,
+        SlotState,
+        SlotTable,
+    )
     from witcert_calculus.bridges import (
         empirical_ratio_bridge,
         Pooling,
@@ -124,13 +159,21 @@ if TYPE_CHECKING:
         StableRows,
         witness_contract,
     )
-    from witcert_calculus.budget import (
-        Probability,
-        ProbabilityLike,
-        telescoping_delta,
-        telescoping_spent,
+    from witcert_calculus.drift.changepoint import EDetector
+    from witcert_calculus.drift.eprocess import (
+        EProcess,
+        EProcessState,
     )
-    from witcert_calculus.dither import (
+    from witcert_calculus.explore.gate_laws import GateForm, gate_bound, gate_form, gate_threshold
+    from witcert_calculus.explore.symbolic import SymbolicChain, symbolic_chain
+    from witcert_calculus.ledger import (
+        RiskLedger,
+    )
+    from witcert_calculus.meters.dispersion import (
+        dispersion_bound_unsound,
+        DispersionCounterexample,
+    )
+    from witcert_calculus.meters.dither import (
         byte_account,
         ByteAccount,
         delta_local,
@@ -146,34 +189,28 @@ if TYPE_CHECKING:
         tier_b_certificate,
         tier_b_logit_bound,
     )
-    from witcert_calculus.dispersion import (
-        dispersion_bound_unsound,
-        DispersionCounterexample,
+    from witcert_calculus.meters.formats import (
+        Fp8Format,
+        Rounding,
+        format_logit_bound,
+        format_witness,
+        witness_table,
     )
-    from witcert_calculus.entries import (
-        Aggregate,
-        certify_entries,
-        certify_step,
-        EntryCertification,
-        tradeoff_curve,
-    )
-    from witcert_calculus.eprocess import (
-        EProcess,
-        EProcessState,
-    )
-    from witcert_calculus.ledger import (
-        RiskLedger,
-    )
-    from witcert_calculus.output_bound import (
+    from witcert_calculus.meters.output_bound import (
         output_error_bound,
         output_error_contract,
     )
-    from witcert_calculus.page_in import (
+    from witcert_calculus.meters.page_in import (
         block_summary,
         page_in_order,
         PageInPlan,
     )
-    from witcert_calculus.tv_forms import (
+    from witcert_calculus.meters.sentinels import (
+        rate_upper_bound,
+        rate_upper_bound_exact,
+        sentinel_rounds,
+    )
+    from witcert_calculus.meters.tv_forms import (
         TVBasis,
         tv_bounds_batch,
         tv_eform,
@@ -184,38 +221,7 @@ if TYPE_CHECKING:
         TVBatch,
         TVBound,
     )
-    from witcert_calculus.records import (
-        Admission,
-        Decision,
-        EmpiricalPolicy,
-        EntryAdmission,
-        EventCounts,
-        EventKind,
-        LedgerStats,
-        Verdict,
-    )
-    from witcert_calculus.gate_laws import GateForm, gate_bound, gate_form, gate_threshold
-    from witcert_calculus.sentinels import (
-        rate_upper_bound,
-        rate_upper_bound_exact,
-        sentinel_rounds,
-    )
-    from witcert_calculus.symbolic import SymbolicChain, symbolic_chain
-    from witcert_calculus.slots import (
-        ReadGrant,
-        SlotRead,
-        SlotRecord,
-        SlotState,
-        SlotTable,
-    )
-    from witcert_calculus.formats import (
-        Fp8Format,
-        Rounding,
-        format_logit_bound,
-        format_witness,
-        witness_table,
-    )
-    from witcert_calculus.witness import (
+    from witcert_calculus.meters.witness import (
         band_channels,
         band_norms,
         band_pairs,
@@ -227,104 +233,105 @@ if TYPE_CHECKING:
         RopeLayout,
         tighter,
     )
+    from witcert_calculus.numerics.probability import Probability, ProbabilityLike
 
 #: Where each lazily loaded public name is implemented (loaded on first use, PEP 562).
 _LAZY: dict[str, str] = {
-    "Admission": "witcert_calculus.records",
-    "Aggregate": "witcert_calculus.entries",
-    "ByteAccount": "witcert_calculus.dither",
-    "Decision": "witcert_calculus.records",
-    "DispersionCounterexample": "witcert_calculus.dispersion",
-    "DitherKey": "witcert_calculus.dither",
-    "DitheredKeys": "witcert_calculus.dither",
-    "EDetector": "witcert_calculus.changepoint",
-    "EProcess": "witcert_calculus.eprocess",
-    "EProcessState": "witcert_calculus.eprocess",
-    "EmpiricalPolicy": "witcert_calculus.records",
-    "EntryAdmission": "witcert_calculus.records",
-    "EntryCertification": "witcert_calculus.entries",
-    "EventCounts": "witcert_calculus.records",
-    "EventKind": "witcert_calculus.records",
-    "LedgerStats": "witcert_calculus.records",
-    "LogitBound": "witcert_calculus.witness",
-    "PageInPlan": "witcert_calculus.page_in",
+    "Admission": "witcert_calculus.accounting.records",
+    "Aggregate": "witcert_calculus.accounting.entries",
+    "ByteAccount": "witcert_calculus.meters.dither",
+    "Decision": "witcert_calculus.accounting.records",
+    "DispersionCounterexample": "witcert_calculus.meters.dispersion",
+    "DitherKey": "witcert_calculus.meters.dither",
+    "DitheredKeys": "witcert_calculus.meters.dither",
+    "EDetector": "witcert_calculus.drift.changepoint",
+    "EProcess": "witcert_calculus.drift.eprocess",
+    "EProcessState": "witcert_calculus.drift.eprocess",
+    "EmpiricalPolicy": "witcert_calculus.accounting.records",
+    "EntryAdmission": "witcert_calculus.accounting.records",
+    "EntryCertification": "witcert_calculus.accounting.entries",
+    "EventCounts": "witcert_calculus.accounting.records",
+    "EventKind": "witcert_calculus.accounting.records",
+    "LedgerStats": "witcert_calculus.accounting.records",
+    "LogitBound": "witcert_calculus.meters.witness",
+    "PageInPlan": "witcert_calculus.meters.page_in",
     "Pooling": "witcert_calculus.bridges",
-    "Probability": "witcert_calculus.budget",
-    "ProbabilityLike": "witcert_calculus.budget",
-    "ReadGrant": "witcert_calculus.slots",
+    "Probability": "witcert_calculus.numerics.probability",
+    "ProbabilityLike": "witcert_calculus.numerics.probability",
+    "ReadGrant": "witcert_calculus.accounting.slots",
     "Recurrence": "witcert_calculus.bridges",
     "RiskLedger": "witcert_calculus.ledger",
-    "RopeLayout": "witcert_calculus.witness",
-    "SlotRead": "witcert_calculus.slots",
-    "SlotRecord": "witcert_calculus.slots",
-    "SlotState": "witcert_calculus.slots",
-    "SlotTable": "witcert_calculus.slots",
+    "RopeLayout": "witcert_calculus.meters.witness",
+    "SlotRead": "witcert_calculus.accounting.slots",
+    "SlotRecord": "witcert_calculus.accounting.slots",
+    "SlotState": "witcert_calculus.accounting.slots",
+    "SlotTable": "witcert_calculus.accounting.slots",
     "StableRows": "witcert_calculus.bridges",
-    "SymbolicChain": "witcert_calculus.symbolic",
-    "TVBasis": "witcert_calculus.tv_forms",
-    "TVBatch": "witcert_calculus.tv_forms",
-    "TVBound": "witcert_calculus.tv_forms",
-    "Verdict": "witcert_calculus.records",
-    "band_channels": "witcert_calculus.witness",
-    "band_norms": "witcert_calculus.witness",
-    "band_pairs": "witcert_calculus.witness",
-    "band_witness": "witcert_calculus.witness",
-    "block_summary": "witcert_calculus.page_in",
-    "byte_account": "witcert_calculus.dither",
-    "certify_entries": "witcert_calculus.entries",
-    "certify_step": "witcert_calculus.entries",
-    "delta_local": "witcert_calculus.dither",
-    "dispersion_bound_unsound": "witcert_calculus.dispersion",
-    "dither_dequantize": "witcert_calculus.dither",
-    "dither_mean_offset": "witcert_calculus.dither",
-    "dither_noise": "witcert_calculus.dither",
-    "dither_quantize": "witcert_calculus.dither",
-    "dither_variance_proxy": "witcert_calculus.dither",
+    "SymbolicChain": "witcert_calculus.explore.symbolic",
+    "TVBasis": "witcert_calculus.meters.tv_forms",
+    "TVBatch": "witcert_calculus.meters.tv_forms",
+    "TVBound": "witcert_calculus.meters.tv_forms",
+    "Verdict": "witcert_calculus.accounting.records",
+    "band_channels": "witcert_calculus.meters.witness",
+    "band_norms": "witcert_calculus.meters.witness",
+    "band_pairs": "witcert_calculus.meters.witness",
+    "band_witness": "witcert_calculus.meters.witness",
+    "block_summary": "witcert_calculus.meters.page_in",
+    "byte_account": "witcert_calculus.meters.dither",
+    "certify_entries": "witcert_calculus.accounting.entries",
+    "certify_step": "witcert_calculus.accounting.entries",
+    "delta_local": "witcert_calculus.meters.dither",
+    "dispersion_bound_unsound": "witcert_calculus.meters.dispersion",
+    "dither_dequantize": "witcert_calculus.meters.dither",
+    "dither_mean_offset": "witcert_calculus.meters.dither",
+    "dither_noise": "witcert_calculus.meters.dither",
+    "dither_quantize": "witcert_calculus.meters.dither",
+    "dither_variance_proxy": "witcert_calculus.meters.dither",
     "empirical_ratio_bridge": "witcert_calculus.bridges",
-    "is_established": "witcert_calculus.witness",
-    "logit_bound": "witcert_calculus.witness",
-    "logit_linf_reading": "witcert_calculus.witness",
-    "output_error_bound": "witcert_calculus.output_bound",
-    "output_error_contract": "witcert_calculus.output_bound",
-    "page_in_order": "witcert_calculus.page_in",
+    "is_established": "witcert_calculus.meters.witness",
+    "logit_bound": "witcert_calculus.meters.witness",
+    "logit_linf_reading": "witcert_calculus.meters.witness",
+    "output_error_bound": "witcert_calculus.meters.output_bound",
+    "output_error_contract": "witcert_calculus.meters.output_bound",
+    "page_in_order": "witcert_calculus.meters.page_in",
     "pooling": "witcert_calculus.bridges",
     "rank_prefix_selection": "witcert_calculus.bridges",
     "rank_prefix_stable": "witcert_calculus.bridges",
-    "rate_upper_bound": "witcert_calculus.sentinels",
-    "rate_upper_bound_exact": "witcert_calculus.sentinels",
-    "GateForm": "witcert_calculus.gate_laws",
-    "gate_bound": "witcert_calculus.gate_laws",
-    "gate_form": "witcert_calculus.gate_laws",
-    "gate_threshold": "witcert_calculus.gate_laws",
+    "rate_upper_bound": "witcert_calculus.meters.sentinels",
+    "rate_upper_bound_exact": "witcert_calculus.meters.sentinels",
+    "GateForm": "witcert_calculus.explore.gate_laws",
+    "gate_bound": "witcert_calculus.explore.gate_laws",
+    "gate_form": "witcert_calculus.explore.gate_laws",
+    "gate_threshold": "witcert_calculus.explore.gate_laws",
     "recurrence": "witcert_calculus.bridges",
     "score_bridge": "witcert_calculus.bridges",
-    "select_outlier_pairs": "witcert_calculus.dither",
+    "select_outlier_pairs": "witcert_calculus.meters.dither",
     "selector_mass_eform": "witcert_calculus.bridges",
-    "sentinel_rounds": "witcert_calculus.sentinels",
+    "sentinel_rounds": "witcert_calculus.meters.sentinels",
     "softmax_tv_affine": "witcert_calculus.bridges",
     "softmax_tv_eform": "witcert_calculus.bridges",
     "softmax_tv_tanh": "witcert_calculus.bridges",
     "softmax_tv_tanh_osc": "witcert_calculus.bridges",
-    "subgaussian_radius": "witcert_calculus.dither",
-    "telescoping_delta": "witcert_calculus.budget",
-    "telescoping_spent": "witcert_calculus.budget",
-    "tier_b_certificate": "witcert_calculus.dither",
-    "tier_b_logit_bound": "witcert_calculus.dither",
-    "tradeoff_curve": "witcert_calculus.entries",
-    "symbolic_chain": "witcert_calculus.symbolic",
-    "tv_bounds_batch": "witcert_calculus.tv_forms",
-    "tv_eform": "witcert_calculus.tv_forms",
-    "tv_meter": "witcert_calculus.tv_forms",
-    "tv_retention": "witcert_calculus.tv_forms",
-    "tv_tanh_max": "witcert_calculus.tv_forms",
-    "tv_two_sided": "witcert_calculus.tv_forms",
+    "subgaussian_radius": "witcert_calculus.meters.dither",
+    "telescoping_delta": "witcert_calculus.accounting.budget",
+    "telescoping_spent": "witcert_calculus.accounting.budget",
+    "tier_b_certificate": "witcert_calculus.meters.dither",
+    "tier_b_logit_bound": "witcert_calculus.meters.dither",
+    "tradeoff_curve": "witcert_calculus.accounting.entries",
+    "symbolic_chain": "witcert_calculus.explore.symbolic",
+    "tv_bounds_batch": "witcert_calculus.meters.tv_forms",
+    "tv_eform": "witcert_calculus.meters.tv_forms",
+    "tv_meter": "witcert_calculus.meters.tv_forms",
+    "tv_retention": "witcert_calculus.meters.tv_forms",
+    "tv_tanh_max": "witcert_calculus.meters.tv_forms",
+    "tv_two_sided": "witcert_calculus.meters.tv_forms",
     "witness_contract": "witcert_calculus.bridges",
-    "Fp8Format": "witcert_calculus.formats",
-    "Rounding": "witcert_calculus.formats",
-    "format_logit_bound": "witcert_calculus.formats",
-    "format_witness": "witcert_calculus.formats",
-    "witness_table": "witcert_calculus.formats",
-    "tighter": "witcert_calculus.witness",
+    "Fp8Format": "witcert_calculus.meters.formats",
+    "Rounding": "witcert_calculus.meters.formats",
+    "format_logit_bound": "witcert_calculus.meters.formats",
+    "format_witness": "witcert_calculus.meters.formats",
+    "witness_table": "witcert_calculus.meters.formats",
+    "tighter": "witcert_calculus.meters.witness",
 }
 
 

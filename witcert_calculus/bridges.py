@@ -49,7 +49,7 @@ from witcert_calculus.metrics import (
     at,
     metric_info,
 )
-from witcert_calculus.theorems import (
+from witcert_calculus.lean.theorems import (
     POOLING_L2_CALIBER,
     POOLING_MAX_CALIBER,
     RANK_PREFIX_SELECTION_SOUND,
@@ -61,8 +61,8 @@ from witcert_calculus.theorems import (
     SOFTMAX_TV_TANH_SOUND,
     WITNESS_SOUND,
 )
+from witcert_calculus.numerics.validation import exact, float_up, positive_int
 from witcert_calculus.tiers import Measurement, Premise, Proof
-from witcert_calculus.validation import exact, float_up, positive_int
 
 __all__ = [
     "Pooling",

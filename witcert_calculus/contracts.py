@@ -50,9 +50,9 @@ from witcert_calculus.errors import (
     OutOfDomainError,
     RegimeMismatchError,
 )
+from witcert_calculus.lean.modelling import ModellingStep, modelling_of
+from witcert_calculus.lean.theorems import ADD_SOUND, ID_SOUND, lookup
 from witcert_calculus.metrics import Metric, check_value, metric_info, metric_name, same_metric
-from witcert_calculus.modelling import ModellingStep, modelling_of
-from witcert_calculus.theorems import ADD_SOUND, ID_SOUND, lookup
 from witcert_calculus.tiers import (
     Assumption,
     Composition,
@@ -65,7 +65,7 @@ from witcert_calculus.tiers import (
     decide_tier,
     theorems_of,
 )
-from witcert_calculus.validation import exact, float_up, number
+from witcert_calculus.numerics.validation import exact, float_up, number
 
 __all__ = [
     "Contract",
@@ -353,7 +353,7 @@ class Contract(Generic[In, Out]):
     @property
     def modelling(self) -> tuple[ModellingStep, ...]:
         """The modelling steps between the cited theorems and this computation
-        (:mod:`witcert_calculus.modelling`): each proved, checked by code, or assumed."""
+        (:mod:`witcert_calculus.lean.modelling`): each proved, checked by code, or assumed."""
         return modelling_of(self.evidence)
 
     def then(self, other: Contract[Out, X]) -> Contract[In, X]:
@@ -744,7 +744,7 @@ class Reading(Generic[M]):
     @property
     def modelling(self) -> tuple[ModellingStep, ...]:
         """The modelling steps between the cited theorems and this computation
-        (:mod:`witcert_calculus.modelling`): each proved, checked by code, or assumed."""
+        (:mod:`witcert_calculus.lean.modelling`): each proved, checked by code, or assumed."""
         return modelling_of(self.evidence)
 
     def _check(self, op: str, other: object) -> Reading[Any]:

@@ -169,8 +169,8 @@ class UnknownTheoremError(InvalidValueError):
         return (
             f"theorem {self.theorem!r} is not exported by the Lean build shipped with "
             f"witcert-calculus nor by any registered export ({self.known} theorems known); "
-            "cite an exported theorem (witcert_calculus.theorems), or prove it in your own Lake "
-            "project and register its export with witcert_calculus.theorems.register_theorems(path)"
+            "cite an exported theorem (witcert_calculus.lean.theorems), or prove it in your own Lake "
+            "project and register its export with witcert_calculus.lean.theorems.register_theorems(path)"
         )
 
 
@@ -613,7 +613,7 @@ class TheoremExportError(WitcertError, ValueError):
 
 @final
 class ChainSpecError(WitcertError, ValueError):
-    """A chain spec (text, JSON or TOML; :mod:`witcert_calculus.chain_spec`) that cannot be built.
+    """A chain spec (text, JSON or TOML; :mod:`witcert_calculus.explore.chain_spec`) that cannot be built.
 
     Args:
         where: the part at fault: a stage by position and text, a file, or a key.

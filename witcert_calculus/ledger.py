@@ -7,7 +7,7 @@ Three admission rules are enforced by the API:
 1. **Empirical readings never enter.** A reading of tier ``EMPIRICAL`` either
    triggers a fallback decision (the caller takes the exact path) or degrades
    the request's verdict to ``EMPIRICAL``; the caller chooses with
-   :class:`~witcert_calculus.records.EmpiricalPolicy`. Either way it is counted
+   :class:`~witcert_calculus.accounting.records.EmpiricalPolicy`. Either way it is counted
    as what it is and never as a certificate.
 2. **Deterministic certificates enter at delta = 0** (Lean:
    ``WitCert.Ledger.two_layer_budget``: spend counts probabilistic events only).
@@ -37,11 +37,12 @@ slots, and closing it frees its slots) and named drift sentinels. It is
 thread-safe; with ``journal=path`` every event is committed to a SQLite WAL
 journal before it is applied and acknowledged, reopening replays to the
 identical state, and several processes can share one journal file. Beside it:
-:mod:`~witcert_calculus.state` (the state its events change, and how),
-:mod:`~witcert_calculus.budget`, :mod:`~witcert_calculus.account` (accounts and
-entry batches), :mod:`~witcert_calculus.records` (what it reports, with the
-aggregates), :mod:`~witcert_calculus.events`, :mod:`~witcert_calculus.eventlog`
-and :mod:`~witcert_calculus.eprocess` (the sentinels).
+:mod:`~witcert_calculus.accounting.state` (the state its events change, and how),
+:mod:`~witcert_calculus.accounting.budget`, :mod:`~witcert_calculus.accounting.account` (accounts
+and entry batches), :mod:`~witcert_calculus.accounting.records` (what it reports, with the
+aggregates), :mod:`~witcert_calculus.accounting.events`,
+:mod:`~witcert_calculus.accounting.eventlog` and :mod:`~witcert_calculus.drift.eprocess` (the
+sentinels).
 
 Main declarations:
 
@@ -58,25 +59,25 @@ from typing import Any, final
 
 import numpy.typing as npt
 
-from witcert_calculus.account import EntryBatch
-from witcert_calculus.budget import Probability, ProbabilityLike
+from witcert_calculus.accounting.account import EntryBatch
+from witcert_calculus.accounting.entries import Aggregate
+from witcert_calculus.accounting.eventlog import EventLog
 from witcert_calculus.contracts import Reading
-from witcert_calculus.entries import Aggregate
-from witcert_calculus.eprocess import EProcessState, Sentinels, observation_batch
+from witcert_calculus.drift.eprocess import EProcessState, Sentinels, observation_batch
 from witcert_calculus.errors import InvalidValueError, UnknownRequestError
-from witcert_calculus.eventlog import EventLog
 from witcert_calculus.metrics import Metric
-from witcert_calculus.records import (
+from witcert_calculus.numerics.probability import Probability, ProbabilityLike
+from witcert_calculus.accounting.records import (
     Admission,
     EmpiricalPolicy,
     EntryAdmission,
     LedgerStats,
     Verdict,
 )
-from witcert_calculus.slots import SlotTable
-from witcert_calculus.state import LedgerState
+from witcert_calculus.accounting.slots import SlotTable
+from witcert_calculus.accounting.state import LedgerState
+from witcert_calculus.numerics.validation import integer
 from witcert_calculus.tiers import Evidence
-from witcert_calculus.validation import integer
 
 __all__ = [
     "RiskLedger",
@@ -183,7 +184,7 @@ class RiskLedger:
         Args:
             delta_req: the request's failure-probability budget, in (0, 1);
                 taken exactly (``"1/100"``, ``Fraction(1, 100)`` or a
-                :class:`~witcert_calculus.budget.Probability` avoid float rounding).
+                :class:`~witcert_calculus.numerics.probability.Probability` avoid float rounding).
             request_id: an explicit id, which must exceed every id used before;
                 by default the next id is assigned.
 
@@ -423,7 +424,7 @@ class RiskLedger:
     # ------------------------------------------------------------------ sentinels
 
     def add_sentinel(self, name: str, *, delta: float | Fraction, kappa: float = 0.5) -> None:
-        """Create a named drift sentinel (an :class:`~witcert_calculus.eprocess.EProcess`).
+        """Create a named drift sentinel (an :class:`~witcert_calculus.drift.eprocess.EProcess`).
 
         Args:
             name: a short, low-cardinality name (used as a metrics label).
@@ -470,10 +471,10 @@ class RiskLedger:
         """Prometheus text exposition of the ledger's gauges and counters (``witcert_`` prefix).
 
         Rendered by ``prometheus_client`` (the ``metrics`` extra), imported on first use;
-        :class:`~witcert_calculus.prometheus.LedgerCollector` registers the same families
+        :class:`~witcert_calculus.export.prometheus.LedgerCollector` registers the same families
         in a registry that a server scrapes.
         """
-        from witcert_calculus.prometheus import prometheus_text
+        from witcert_calculus.export.prometheus import prometheus_text
 
         return prometheus_text(self.stats())
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TypeAlias, final
 
 from witcert_calculus.errors import InvalidValueError, PremiseError
-from witcert_calculus.theorems import (
+from witcert_calculus.lean.theorems import (
     COMP_SOUND,
     LE_WEAKEST,
     lookup,
@@ -52,7 +52,7 @@ from witcert_calculus.theorems import (
     WEAKEST_LE_LEFT,
     WEAKEST_LE_RIGHT,
 )
-from witcert_calculus.validation import nonempty_text, positive_int
+from witcert_calculus.numerics.validation import nonempty_text, positive_int
 
 __all__ = [
     "Assumption",
@@ -178,7 +178,8 @@ class Proof:
     Raises:
         InvalidValueError: if the theorem name is not a qualified Lean name.
         UnknownTheoremError: if no Lean export holds it (neither the one shipped with the
-            package nor one registered with :func:`~witcert_calculus.theorems.register_theorems`).
+            package nor one registered with
+            :func:`~witcert_calculus.lean.theorems.register_theorems`).
         PremiseError: if a premise does not hold (a bound is never issued on a
             false premise; nothing is silently demoted).
     """

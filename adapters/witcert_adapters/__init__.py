@@ -8,9 +8,11 @@ Main declarations (import the submodules; nothing heavy loads at package import)
 - :mod:`witcert_adapters.schemes`: registry of KV compression schemes (one tensor function each).
 - :mod:`witcert_adapters.architectures`: registry of memory layouts (dense GQA with RoPE,
   MLA latent) and how each layer's post-RoPE queries are recomputed.
-- :mod:`witcert_adapters.hf`: :class:`~witcert_adapters.hf.WitnessCache` (a transformers
-  ``DynamicCache`` subclass), :class:`~witcert_adapters.hf.Probe` (read-side hooks) and
-  its run, :class:`~witcert_adapters.hf.LiveRun`.
+- :mod:`witcert_adapters.hf`: :class:`~witcert_adapters.hf.Probe` (read-side hooks) and
+  :func:`~witcert_adapters.hf.attach`; the write path
+  :class:`~witcert_adapters.witness_cache.WitnessCache` (a transformers ``DynamicCache``
+  subclass), the per-layer steps (:mod:`witcert_adapters.layer_log`) and the run,
+  :class:`~witcert_adapters.live_run.LiveRun`.
 - :mod:`witcert_adapters.records`: the attention run's per-layer records.
 - :mod:`witcert_adapters.gate`: the acceptance gate (coverage, magnitude, soundness).
 - :mod:`witcert_adapters.readings`: typed readings and composed contracts per layer.

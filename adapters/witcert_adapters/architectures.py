@@ -41,7 +41,7 @@ import torch
 
 from witcert_adapters.runs import MemoryKind
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.witness import RopeLayout
+from witcert_calculus.meters.witness import RopeLayout
 
 __all__ = ["DENSE_BANDS", "ArchSpec", "LogitPart", "architectures", "register_architecture",
            "spec_for"]

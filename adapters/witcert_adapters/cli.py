@@ -3,15 +3,16 @@
 Commands (``witcert COMMAND --help`` documents each):
 
 - ``witcert gate-law --tau 0.2 --form eform|osc|tanh|affine [--eps0 E]``: the largest witness
-  that keeps a softmax-to-TV bridge at or below ``tau`` (:func:`witcert_calculus.gate_laws.
+  that keeps a softmax-to-TV bridge at or below ``tau`` (:func:`witcert_calculus.explore.gate_laws.
   gate_threshold`), with the forward bridge at that witness;
 - ``witcert rate --trials N --delta D``: the zero-failure rate bounds, exact
   ``1 - delta^(1/n)`` and ``ln(1/delta)/n``;
 - ``witcert explain SPEC [--site consume|write]``: a chain spec (text, or a ``.json`` /
-  ``.toml`` file; :mod:`witcert_calculus.chain_spec` documents the format) built and explained:
-  each stage's coefficients, evidence with the Lean statement of every theorem it cites, tier;
+  ``.toml`` file; :mod:`witcert_calculus.explore.chain_spec` documents the format) built and
+  explained: each stage's coefficients, evidence with the Lean statement of every theorem it cites,
+  tier;
 - ``witcert ledger replay TRACE [--plot PNG] [--points N]``: a recorded entry trace
-  (:mod:`witcert_calculus.entry_trace`; the demo writes one per scheme) replayed into the
+  (:mod:`witcert_calculus.explore.entry_trace`; the demo writes one per scheme) replayed into the
   retention / per-step bound trade-off curve, printed and plotted;
 - ``witcert formal check [--root DIR] [--jobs N] [--no-build]``: in a source checkout, the
   Lean build (a line per module), the fast sync check, and the fresh export registered
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "each stage (coefficients, evidence with the Lean statement of "
                              "each cited theorem, tier) and the composed total. SPEC is text "
                              "('score(scale=0.125, q_norm_max=12) >> eform') or a .json/.toml "
-                             "file; see witcert_calculus.chain_spec for the format.")
+                             "file; see witcert_calculus.explore.chain_spec for the format.")
     explain.add_argument("spec", help="the chain spec, or a path to a .json or .toml spec")
     explain.add_argument("--site", choices=["consume", "write"],
                          help="the observation site of a text spec (default consume)")
@@ -105,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _gate(args: argparse.Namespace) -> dict[str, object]:
-    from witcert_calculus.gate_laws import gate_bound, gate_threshold
+    from witcert_calculus.explore.gate_laws import gate_bound, gate_threshold
 
     x = gate_threshold(args.tau, form=args.form, eps0=args.eps0)
     if x == float("inf"):  # a tanh form never reaches tau >= 1: every witness passes
@@ -117,7 +118,7 @@ def _gate(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _rate(args: argparse.Namespace) -> dict[str, object]:
-    from witcert_calculus.sentinels import rate_upper_bound, rate_upper_bound_exact
+    from witcert_calculus.meters.sentinels import rate_upper_bound, rate_upper_bound_exact
 
     return {"trials": args.trials, "delta": args.delta,
             "exact": rate_upper_bound_exact(args.trials, args.delta),
@@ -125,8 +126,8 @@ def _rate(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _explain(args: argparse.Namespace) -> dict[str, object]:
-    from witcert_calculus.chain_spec import load_chain_spec
-    from witcert_calculus.theorems import lookup
+    from witcert_calculus.explore.chain_spec import load_chain_spec
+    from witcert_calculus.lean.theorems import lookup
     from witcert_calculus.tiers import theorems_of
 
     c = load_chain_spec(args.spec, site=args.site)
@@ -156,7 +157,7 @@ def _explain_text(out: dict[str, Any]) -> str:
 
 
 def _replay(args: argparse.Namespace) -> dict[str, object]:
-    from witcert_calculus.entry_trace import read_entry_trace, replay_entry_trace
+    from witcert_calculus.explore.entry_trace import read_entry_trace, replay_entry_trace
 
     trace = read_entry_trace(args.trace)
     curve = replay_entry_trace(trace, points=args.points)
@@ -217,8 +218,8 @@ def _checkout(root: Path | None) -> Path:
 
 
 def _formal(args: argparse.Namespace) -> dict[str, object]:
-    from witcert_calculus.theorems import cited_theorems, register_theorems
-    from witcert_calculus.validation import positive_int
+    from witcert_calculus.lean.theorems import cited_theorems, register_theorems
+    from witcert_calculus.numerics.validation import positive_int
 
     root = _checkout(args.root)
     jobs = positive_int("--jobs", args.jobs)

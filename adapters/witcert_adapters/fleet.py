@@ -1,11 +1,11 @@
 """Beyond one process: a request served by several ranks, with one account and one verdict.
 
 A tensor-parallel group of ``R`` ranks serves each request; rank ``r`` holds the
-attention heads of its :class:`HeadShard` and meters only those. Each rank keeps its
-own :class:`~witcert_calculus.ledger.RiskLedger` (optionally with its own journal) in
-which the request's account has the budget share ``delta_req / R``. Per decode step the
-ranks admit their own entries locally, then reduce, with ``torch.distributed`` (gloo on
-CPU, NCCL where present), with one collective per step for all requests of the step at
+attention heads of its :class:`~witcert_adapters.head_shards.HeadShard` and meters only
+those. Each rank keeps its own :class:`~witcert_calculus.ledger.RiskLedger` (optionally
+with its own journal) in which the request's account has the budget share ``delta_req / R``. Per
+decode step the ranks admit their own entries locally, then reduce, with ``torch.distributed`` (gloo
+on CPU, NCCL where present), with one collective per step for all requests of the step at
 once (an ``all_gather`` of every rank's rows, reduced identically on every rank):
 
 - per-request meter maxima (max), any-of gates (some entry fell back, some rank's step
@@ -16,7 +16,7 @@ once (an ``all_gather`` of every rank's rows, reduced identically on every rank)
 
 **One budget, spent once.** The ``i``-th probabilistic step of a request draws, on every
 rank, that rank's telescoping allowance ``(delta_req / R) / ((i+1)(i+2))``
-(:func:`~witcert_calculus.budget.telescoping_delta` of the share): the rank's
+(:func:`~witcert_calculus.accounting.budget.telescoping_delta` of the share): the rank's
 certificates for its heads are built at that delta, and by the union bound over the
 ``R`` shards the step fails with probability at most
 ``R (delta_req / R) / ((i+1)(i+2)) = delta_req / ((i+1)(i+2))`` — the allowance a single
@@ -36,15 +36,12 @@ journal records it), the ledger stops using the group, and every later verdict r
 ``complete=False``.
 
 The ranks' journals merge offline into one account per request
-(:func:`merge_journals`): the spend is the sum of the ranks' spends, the tier the weakest,
-and every slot write keeps its owner, the rank and request that wrote it.
+(:func:`~witcert_adapters.journal_merge.merge_journals`).
+
 
 Main declarations:
 
-- :class:`HeadShard`: the heads one rank holds; :func:`check_sharding` (collective)
 - :class:`FleetLedger`: a rank's side of the fleet; :class:`FleetStep`, :class:`FleetVerdict`
-- :func:`merge_journals`: per-rank journals into :class:`MergedAccount` values, with
-  :class:`SlotOwner` attribution
 """
 
 from __future__ import annotations
@@ -52,154 +49,44 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, cast, final
+from typing import Any, final
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from witcert_calculus.budget import Probability, ProbabilityLike, telescoping_delta, telescoping_spent
+from witcert_adapters.head_shards import (
+    HeadShard,
+    all_gather,
+    check_sharding,
+    group_device,
+    group_world,
+)
+from witcert_calculus.accounting.budget import telescoping_delta, telescoping_spent
+from witcert_calculus.accounting.entries import Aggregate
+from witcert_calculus.accounting.records import (
+    Decision,
+    EmpiricalPolicy,
+    EventCounts,
+    EventKind,
+    Verdict,
+)
 from witcert_calculus.contracts import Reading, Regime
-from witcert_calculus.entries import Aggregate
 from witcert_calculus.errors import (
     AdmissionError,
     InvalidValueError,
-    JournalError,
     UnknownRequestError,
     WitcertError,
 )
-from witcert_calculus.events import AdmitEntries, EncodedEvent, decode
-from witcert_calculus.journal import Journal
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import Metric, metric_info
-from witcert_calculus.records import Decision, EmpiricalPolicy, EventCounts, EventKind, Verdict
+from witcert_calculus.numerics.probability import Probability, ProbabilityLike
+from witcert_calculus.numerics.validation import integer
 from witcert_calculus.tiers import Evidence, Measurement, Tier, weakest
-from witcert_calculus.validation import integer
 
-# torch.distributed's collectives are partly unannotated; they are called through this.
-_all_gather = cast(Callable[..., Any], getattr(dist, "all_gather"))
-
-__all__ = [
-    "FleetLedger",
-    "FleetStep",
-    "FleetVerdict",
-    "HeadShard",
-    "MergedAccount",
-    "SlotOwner",
-    "check_sharding",
-    "merge_journals",
-]
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class HeadShard:
-    """The attention heads ``[start, stop)`` of ``total`` that one rank holds.
-
-    Raises:
-        InvalidValueError: unless ``0 <= start < stop <= total``.
-
-    Example:
-        >>> HeadShard.even(rank=1, world=4, total=16)
-        HeadShard(start=4, stop=8, total=16)
-    """
-
-    start: int
-    stop: int
-    total: int
-
-    def __post_init__(self) -> None:
-        for name in ("start", "stop", "total"):
-            integer(name, getattr(self, name))
-        if not 0 <= self.start < self.stop <= self.total:
-            raise InvalidValueError("head shard", (self.start, self.stop, self.total),
-                                    "must satisfy 0 <= start < stop <= total")
-
-    @classmethod
-    def even(cls, *, rank: int, world: int, total: int) -> HeadShard:
-        """Rank ``rank``'s share of ``total`` heads split evenly over ``world`` ranks.
-
-        Raises:
-            InvalidValueError: if ``world`` does not divide ``total`` or ``rank`` is out of range.
-        """
-        if world < 1 or total % world:
-            raise InvalidValueError("total heads", total, f"must be a multiple of world={world}")
-        if not 0 <= rank < world:
-            raise InvalidValueError("rank", rank, f"must lie in [0, {world})")
-        width = total // world
-        return cls(rank * width, (rank + 1) * width, total)
-
-    @property
-    def width(self) -> int:
-        """Number of heads held."""
-        return self.stop - self.start
-
-    def describe(self) -> str:
-        """``"heads [start, stop) of total"``."""
-        return f"heads [{self.start}, {self.stop}) of {self.total}"
-
-
-def _world(group: Any) -> tuple[int, int]:
-    if not dist.is_available() or not dist.is_initialized():
-        raise InvalidValueError("process group", group,
-                                "torch.distributed must be initialised (init_process_group)")
-    return dist.get_rank(group), dist.get_world_size(group)
-
-
-def _device(group: Any) -> torch.device:
-    # NCCL collectives take tensors on the rank's GPU; gloo takes CPU tensors.
-    if dist.get_backend(group) == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def check_sharding(shard: HeadShard, *, group: Any = None) -> tuple[HeadShard, ...]:
-    """Collective: gather every rank's shard and check that they partition the heads in order.
-
-    Every rank receives the same table, so every rank raises the same error.
-
-    Args:
-        shard: this rank's heads.
-        group: the process group (``None``: the default group).
-
-    Returns:
-        The shards of all ranks, by rank.
-
-    Raises:
-        InvalidValueError: naming the first rank whose shard does not start where the
-            previous one stopped, disagrees on the head count, or leaves heads unheld.
-    """
-    if not isinstance(shard, HeadShard):
-        raise InvalidValueError("shard", shard, "must be a HeadShard")
-    _, world = _world(group)
-    dev = _device(group)
-    mine = torch.tensor([shard.start, shard.stop, shard.total], dtype=torch.int64, device=dev)
-    table = [torch.zeros(3, dtype=torch.int64, device=dev) for _ in range(world)]
-    _all_gather(table, mine, group=group)
-    rows = cast(list[list[int]], torch.stack(table).cpu().numpy().tolist())
-    shards = [(int(a), int(b), int(c)) for a, b, c in rows]
-    total = shards[0][2]
-    expected_start = 0
-    for r, (start, stop, tot) in enumerate(shards):
-        got = f"heads [{start}, {stop}) of {tot}"
-        if tot != total:
-            raise InvalidValueError(f"head shard of rank {r}", got,
-                                    f"rank 0 shards {total} heads; every rank must agree")
-        if start != expected_start:
-            where = "the first rank must start at head 0" if r == 0 else (
-                f"rank {r - 1} holds heads [{shards[r - 1][0]}, {shards[r - 1][1]})")
-            raise InvalidValueError(f"head shard of rank {r}", got,
-                                    f"must start at head {expected_start} ({where}): the "
-                                    "shards must partition the heads in rank order")
-        expected_start = stop
-    if expected_start != total:
-        raise InvalidValueError(f"head shard of rank {world - 1}",
-                                f"heads [{shards[-1][0]}, {shards[-1][1]}) of {total}",
-                                f"heads [{expected_start}, {total}) are held by no rank")
-    return tuple(HeadShard(a, b, c) for a, b, c in shards)
+__all__ = ["FleetLedger", "FleetStep", "FleetVerdict"]
 
 
 @final
@@ -275,7 +162,7 @@ class FleetVerdict:
     def span_attributes(self) -> dict[str, str | bool | int | float]:
         """The fleet's own span attributes, next to the verdict's.
 
-        For :meth:`witcert_calculus.telemetry.VerdictSpans.emit`:
+        For :meth:`witcert_calculus.export.telemetry.VerdictSpans.emit`:
         ``spans.emit(v.verdict, attributes=v.span_attributes())``.
         """
         out: dict[str, str | bool | int | float] = {
@@ -333,9 +220,9 @@ class FleetLedger:
 
     def __init__(self, shard: HeadShard, *, group: Any = None, n_slots: int = 0,
                  journal: str | os.PathLike[str] | None = None) -> None:
-        self._rank, self._world = _world(group)
+        self._rank, self._world = group_world(group)
         self._group = group
-        self._device = _device(group)
+        self._device = group_device(group)
         self.shards = check_sharding(shard, group=group)
         self._ledger = RiskLedger(n_slots=n_slots, journal=journal)
         self._tallies: dict[int, _Tally] = {}
@@ -408,7 +295,7 @@ class FleetLedger:
         Each request's row of ``bounds`` holds the per-entry bounds of this rank's heads
         (entries are kept when ``<= threshold``, as
         :meth:`~witcert_calculus.ledger.RiskLedger.admit_entries` with
-        :attr:`~witcert_calculus.entries.Aggregate.MAX`: the step bound is the meter
+        :attr:`~witcert_calculus.accounting.entries.Aggregate.MAX`: the step bound is the meter
         maximum, so it reduces across shards exactly). With ``probabilistic=True`` the
         bounds hold at :meth:`allowance` and the step draws it.
 
@@ -474,7 +361,7 @@ class FleetLedger:
         table = [torch.empty_like(mine) for _ in range(self._world)]
         t0 = time.perf_counter()
         try:
-            _all_gather(table, mine, group=self._group)
+            all_gather(table, mine, group=self._group)
         except WitcertError:
             raise
         except RuntimeError as exc:  # a rank died or timed out: fail closed
@@ -593,120 +480,3 @@ class FleetLedger:
         self._ledger.close_request(request_id)
         t.closed = True
         return self.verdict(request_id)
-
-
-@final
-@dataclass(frozen=True, slots=True, order=True)
-class SlotOwner:
-    """One slot write, attributed: the rank whose pool holds the slot, the slot, its writer.
-
-    Attributes:
-        rank: the rank (its journal's position in :func:`merge_journals`).
-        slot: the slot index in that rank's pool.
-        request_id: the request that wrote it.
-        kept: whether the entry kept the compressed value (else exact bytes).
-    """
-
-    rank: int
-    slot: int
-    request_id: int
-    kept: bool
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class MergedAccount:
-    """One request's account, merged from every rank's journal.
-
-    Attributes:
-        request_id: the request.
-        tier: the weakest tier over the ranks (``EMPIRICAL`` when a rank's journal lacks
-            the request: it failed closed).
-        delta_req: the request's budget, the sum of the ranks' shares.
-        spent: the exact spend, the sum of the ranks' spends.
-        counts: admissions by kind, summed over the ranks.
-        entries: entries offered over all ranks.
-        entries_kept: entries kept over all ranks.
-        per_rank: each rank's own verdict (``None`` where the journal lacks the request).
-        agreed: whether every rank drew the same number of allowances (one budget spent
-            in step); when not, the tier is ``EMPIRICAL`` (a rank stopped mid-request, or
-            diverged) while the spend is still the sum of the ranks' sound shares.
-        writes: every slot write of the request, attributed, sorted by (rank, slot).
-    """
-
-    request_id: int
-    tier: Tier
-    delta_req: Fraction
-    spent: Fraction
-    counts: EventCounts
-    entries: int
-    entries_kept: int
-    per_rank: tuple[Verdict | None, ...]
-    agreed: bool
-    writes: tuple[SlotOwner, ...]
-
-
-def merge_journals(paths: Sequence[str | os.PathLike[str]], *,
-                   n_slots: int) -> tuple[MergedAccount, ...]:
-    """Merge the ranks' journals (``paths[r]`` is rank ``r``'s) into one account per request.
-
-    Args:
-        paths: the journals, by rank.
-        n_slots: each rank's slot-table size (as the ranks opened them).
-
-    Returns:
-        One merged account per request id found in any journal, ascending.
-
-    Raises:
-        JournalError: if a journal does not replay, or the ranks' shares of a request's
-            budget differ.
-    """
-    if not paths:
-        raise InvalidValueError("paths", paths, "must name at least one journal")
-    verdicts: list[dict[int, Verdict]] = []
-    writes: dict[int, list[SlotOwner]] = {}
-    for rank, p in enumerate(paths):
-        led = RiskLedger(n_slots=n_slots, journal=p)
-        try:
-            verdicts.append({r: led.verdict(r) for r in led.request_ids()})
-        finally:
-            led.close()
-        journal = Journal(p, n_slots=n_slots)
-        try:
-            rows = journal.since(0)
-        finally:
-            journal.close()
-        for row in rows:
-            if row.op != AdmitEntries.op:
-                continue
-            event = decode(EncodedEvent(row.op, row.payload, row.data, row.token))
-            if not isinstance(event, AdmitEntries) or event.write is None:
-                continue
-            rid = event.charge.request_id
-            for slot, keep in zip(event.write.slots.tolist(), event.write.keep.tolist(),
-                                  strict=True):
-                writes.setdefault(rid, []).append(SlotOwner(rank, int(slot), rid, bool(keep)))
-    out: list[MergedAccount] = []
-    for rid in sorted(set[int]().union(*verdicts)):
-        per = tuple(v.get(rid) for v in verdicts)
-        present = [v for v in per if v is not None]
-        shares = {v.delta_req for v in present}
-        if len(shares) != 1:
-            raise JournalError(str(paths[0]), f"request {rid}: the ranks' budget shares differ "
-                               f"({sorted(str(x) for x in shares)})")
-        agreed = len({v.counts.probabilistic for v in present}) == 1
-        tier = Tier.CERTIFIED
-        for v in present:
-            tier = weakest(tier, v.tier)
-        if len(present) < len(per) or not agreed:
-            tier = Tier.EMPIRICAL
-        counts = EventCounts()
-        for v in present:
-            counts = counts + v.counts
-        out.append(MergedAccount(
-            request_id=rid, tier=tier, delta_req=shares.pop() * len(per),
-            spent=sum((v.spent for v in present), Fraction(0)), counts=counts,
-            entries=sum(v.entries for v in present),
-            entries_kept=sum(v.entries_kept for v in present), per_rank=per, agreed=agreed,
-            writes=tuple(sorted(writes.get(rid, [])))))
-    return tuple(out)

@@ -44,11 +44,11 @@ from typing import Final, final
 
 import numpy as np
 
-from witcert_adapters.hf import LiveRun
+from witcert_adapters.live_run import LiveRun
 from witcert_adapters.runs import ObservedLayer, ProbePath, ProbeRun, Site
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV, check_value
-from witcert_calculus.validation import positive_int
+from witcert_calculus.numerics.validation import positive_int
 
 __all__ = ["STAGES", "GateVerdict", "Stage", "StageResult", "attention_stages",
            "declared_problems", "ordered_verdict", "run_gate", "site_problems", "sites_text"]

@@ -1,22 +1,12 @@
-"""Hugging Face transformers attachment: a witnessing Cache and read-side hooks.
+"""Hugging Face transformers attachment: the probe's read-side hooks around a witnessing cache.
 
-Attachment uses only public APIs: :class:`WitnessCache` subclasses
-:class:`transformers.DynamicCache` and overrides ``update`` (the write path), and the
-read side uses ``register_forward_pre_hook`` / ``register_forward_hook`` on the
-attention modules. No model source is patched.
-
-Write time (``WitnessCache.update``): the registered scheme compresses the new entries;
-the model reads the compressed ones. The cache records, per token and kv head, band
-witnesses ``w_{t,b} = ||(k_hat - k)_b||`` of every slot that enters the logits (rounded
-up to float32), and for dense memories the value residual ``rho_t`` and exact value norm.
-Only ``k_hat``/``v_hat`` are produced inside the layer: a dithered store takes its noise from
-one Philox call per forward (every layer's, at the forward's positions, drawn at its first
-write) and keeps each layer's exact-channel mask; its checks on tensor contents (finite
-keys, no float16 overflow, no clipped code) are, in a probe's cache, 0-d device booleans
-that :meth:`WitnessCache.verify` reads once per forward (a failure reruns that layer's
-quantization with eager checks, which raises the typed error naming the value). A probe's
-cache also holds the record-only norms until :meth:`WitnessCache.record_writes` computes
-those of every layer stacked (a long prefill's write is recorded at once).
+Attachment uses only public APIs: :class:`~witcert_adapters.witness_cache.WitnessCache`
+subclasses :class:`transformers.DynamicCache` and overrides ``update`` (the write path), and
+the read side uses ``register_forward_pre_hook`` / ``register_forward_hook`` on the
+attention modules. No model source is patched. The attachment is spread over modules named
+after what they hold: :mod:`witcert_adapters.witness_cache` (the write path),
+:mod:`witcert_adapters.layer_log` (the per-layer step records), :mod:`witcert_adapters.live_run`
+(what a run observed) and this one (the probe and its hooks).
 
 Read time (hooks on each attention module): the pre-hook recomputes the layer's
 post-RoPE queries from its own projections and rotary tables; the forward hook takes the
@@ -59,72 +49,49 @@ No per-layer host synchronisation: results stay as tensors until :meth:`Probe.re
 forward's reading). The bases of the stacked layers' TV bounds are shared: their computed
 premises cover the whole group, so a failed premise refuses every layer of the group.
 
-Records: every write and every metered call appends one frozen step record
-(:class:`WriteStep`, :class:`ReadStep`, :class:`TierBStep`, :class:`AuditStep`) to the
-layer's :class:`LayerLog`; :meth:`Probe.result` converts each log once into the layer's
-:class:`~witcert_adapters.records.LayerRecord` of numpy values.
-
 Main declarations
 -----------------
-- :class:`WitnessCache`: the write path.
-- :class:`Probe`: attaches hooks, owns the cache, collects a :class:`LiveRun`.
-- :class:`LiveRun`: one :class:`~witcert_adapters.records.LayerRecord` per attention layer
-  (witnesses, meters, Tier-B cells, audited true errors) and the Tier-B events.
-- :class:`TierBEvent`: one forward's probabilistic certificate and its ledger admission.
-- :class:`LayerLog` and its step records :class:`WriteStep`, :class:`ReadStep`,
-  :class:`TierBStep`, :class:`AuditStep`: the per-layer accumulator while the model runs.
+- :class:`Probe`: attaches hooks, owns the cache, collects a
+  :class:`~witcert_adapters.live_run.LiveRun`.
 - :func:`attach`: context manager around :class:`Probe`.
 """
 
+
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from fractions import Fraction
-from functools import partial
+from dataclasses import dataclass, replace
 from typing import Any, TypeAlias, final
 
 import torch
 from torch.utils.hooks import RemovableHandle
-from transformers import DynamicCache
 
-from witcert_adapters.architectures import ArchSpec, spec_for
-from witcert_adapters.records import (
-    AuditRecord,
-    FloatArray,
-    KeyStoreRecord,
-    LayerRecord,
-    ReadRecord,
-    TierBRecord,
-    WriteRecord,
-)
-from witcert_adapters.runs import MemoryKind, ProbePath, Site, observed_sites
-from witcert_adapters.schemes import EntryRole, Scheme, WriteContext, get_scheme
-from witcert_calculus.budget import Probability
+from witcert_adapters.architectures import spec_for
+from witcert_adapters.layer_log import AuditStep, LayerLog, ReadStep, TierBStep, concat
+from witcert_adapters.live_run import LiveRun, TierBEvent
+from witcert_adapters.runs import ProbePath, Site
+from witcert_adapters.schemes import get_scheme
+from witcert_adapters.witness_cache import WitnessCache
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.ledger import RiskLedger
+from witcert_calculus.meters.tv_forms import TVBasis, TVBatch
+from witcert_calculus.meters.witness import LogitBound
 from witcert_calculus.metrics import AtConsume, AttentionTV
-from witcert_calculus.records import Admission
-from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.tv_forms import TVBasis, TVBatch
-from witcert_calculus.validation import positive_int
-from witcert_calculus.witness import LogitBound
-from witcert_kernels.dither import DitherEncoding, dither_noise_layers, \
-    exact_channels, pair_energy, tier_b_logit_bound
+from witcert_calculus.numerics.probability import Probability
+from witcert_calculus.numerics.validation import positive_int
+from witcert_kernels.dither import tier_b_logit_bound
 from witcert_kernels.meter import (
-    band_norms,
     l2_norm,
     l2_norm_upper,
     logit_bound,
     output_error_bound,
-    round_up_f32,
     tv_bounds_batch,
 )
 
-__all__ = ["AuditStep", "LayerLog", "LiveRun", "Probe", "ReadStep", "TierBEvent", "TierBStep",
-           "WitnessCache", "WriteStep", "attach"]
+__all__ = ["Probe", "attach"]
 
 PreHook: TypeAlias = Callable[[Any, tuple[Any, ...], dict[str, Any]], None]
 PostHook: TypeAlias = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
@@ -133,483 +100,6 @@ PostHook: TypeAlias = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None
 #: waits for the end of the forward, to run stacked with the other layers' (decode steps);
 #: a larger call (a long prefill) is metered in its own hook.
 _STASH_BUDGET = 1 << 22
-
-#: Entry elements of one write (one layer's, times the layers) up to which the forward's dither
-#: noise is drawn once for every layer (float64: 16 MiB) and a deferring cache's record-only
-#: norms wait to run stacked over layers; a larger write (a long prefill, not dispatch bound)
-#: draws its own noise and is recorded at once.
-_WRITE_BUDGET = 1 << 21
-
-
-def _cat(xs: list[torch.Tensor], dim: int) -> torch.Tensor:
-    return xs[0] if len(xs) == 1 else torch.cat(xs, dim=dim)
-
-
-def _cat_np(xs: list[torch.Tensor]) -> FloatArray:
-    # Steps joined along the cell axis, as float64 numpy (once, when a run is collected).
-    return _cat(xs, dim=-1).to(torch.float64).numpy()
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class WriteStep:
-    """One ``Cache.update`` call of one layer as recorded (tensors; float32 witnesses).
-
-    Attributes:
-        tokens: entries written.
-        witnesses: per logit part, band witnesses ``[B, Hkv, T, bands]``, rounded up.
-        witness_full: ``||k_hat - k||`` of the first logit slot per token ``[B, Hkv, T]``.
-        value_res / value_norm: dense memories: ``||v_hat - v||`` and ``||v||`` per token;
-            ``None`` for a latent memory.
-        exact: with ``audit=True``, the exact ``(key_states, value_states)``; else ``None``.
-        dither_scales: a dithered key store's float16 block scales ``[B, Hkv, T, nb]`` as
-            stored; ``None`` for any other scheme.
-        dither_cast: with a dithered store, ``||k - x_hat||`` per token for the key ``k`` the
-            cache holds (the deterministic rounding of the reconstruction to the model's
-            dtype and of the outlier values to float16).
-        store_bytes: with a dithered store, the bytes of this write's packed codes, scales
-            and outlier values per kv head and batch row (summed over its tokens), measured
-            from the stored tensors.
-        pair_overlap: with outlier pairs, per token of a write after the first, the
-            fraction of the token's own top-``m`` pairs (by pair energy) that are among the
-            layer's fixed pairs ``[B, Hkv, T]``; ``None`` otherwise.
-    """
-
-    tokens: int
-    witnesses: tuple[torch.Tensor, ...]
-    witness_full: torch.Tensor
-    value_res: torch.Tensor | None = None
-    value_norm: torch.Tensor | None = None
-    exact: tuple[torch.Tensor, torch.Tensor] | None = None
-    dither_scales: torch.Tensor | None = None
-    dither_cast: torch.Tensor | None = None
-    store_bytes: float = 0.0
-    pair_overlap: torch.Tensor | None = None
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ReadStep:
-    """One metered forward call of one layer (Tier A), cells ``[B, H, Q]``.
-
-    Attributes:
-        rows: query rows metered (``Q``).
-        meter / eform / two_sided: the raw min-form TV bound and its two forms.
-        c_max: ``max_t c_t`` per cell.
-        positions: the call's query positions ``[Q]``.
-        q_norm: the largest norm of the first logit slot's query (a 0-d tensor).
-        out_bound: the attention-output error bound (dense memories), else ``None``.
-        value_scale: with ``out_bound``, the ``max_t ||v_t||`` it scales with ``[B, H, Q]``
-            (the output bound relative to it is comparable with a TV threshold).
-        basis: what the call's TV bounds rest on (:class:`~witcert_calculus.tv_forms.TVBasis`:
-            the logit bound's evidence and the premises computed from the call's inputs; one
-            basis shared by the layers metered together, stacked, at the end of a forward).
-    """
-
-    rows: int
-    meter: torch.Tensor
-    eform: torch.Tensor
-    two_sided: torch.Tensor
-    c_max: torch.Tensor
-    positions: torch.Tensor
-    q_norm: torch.Tensor
-    out_bound: torch.Tensor | None = None
-    basis: TVBasis | None = None
-    value_scale: torch.Tensor | None = None
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class TierBStep:
-    """One forward call's Tier-B cells of one layer.
-
-    Attributes:
-        meter: raw Tier-B min-form bound ``[B, H, Q]``.
-        delta_loc: the per-cell failure probability of each row ``[Q]``.
-        fixed_meter: the same bound at the fixed-horizon allocation
-            ``delta_req / (L H T)`` (for comparison; never admitted), or ``None``.
-    """
-
-    meter: torch.Tensor
-    delta_loc: torch.Tensor
-    fixed_meter: torch.Tensor | None = None
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class AuditStep:
-    """One forward call's true errors of one layer, cells ``[B, H, Q]``.
-
-    Attributes:
-        true_tv: true TV against exact attention.
-        true_out: true attention-output error (dense memories), else ``None``.
-    """
-
-    true_tv: torch.Tensor
-    true_out: torch.Tensor | None = None
-
-
-def _write_steps() -> list[WriteStep]:
-    return []
-
-
-def _read_steps() -> list[ReadStep]:
-    return []
-
-
-def _tier_b_steps() -> list[TierBStep]:
-    return []
-
-
-def _audit_steps() -> list[AuditStep]:
-    return []
-
-
-@dataclass(slots=True)
-class LayerLog:
-    """Mutable per-layer accumulator (one per layer; never shared between layers).
-
-    Every call appends one step record (:class:`WriteStep` per ``Cache.update``,
-    :class:`ReadStep`, :class:`TierBStep` and :class:`AuditStep` per metered forward call);
-    only the final query row's probabilities and bounds are kept, overwritten per call.
-    :meth:`record` converts the steps into the layer's :class:`LayerRecord` once.
-
-    Attributes:
-        written / metered / tier_b_steps / audited: the step records, in call order.
-        last_p / last_c: ``p_tilde`` and ``c`` of the most recent query row ``[B, H, S]``.
-        last_u: the Tier-B ``c`` (radius plus undithered parts) of that row.
-        outlier_pairs: a dithered store's outlier pairs ``[Hkv, m]``, fixed on the layer's
-            first write and kept for the request; ``None`` without a dithered store.
-        dither_exact: their channel mask ``[Hkv, d]``.
-        pair_energy: the running pair energy ``[Hkv, d/2]`` of every key written (to measure
-            how stable the fixed choice is); ``None`` without outlier pairs.
-        index_bytes: the stored outlier pair indices' bytes per kv head (one set per head).
-    """
-
-    written: list[WriteStep] = field(default_factory=_write_steps)
-    metered: list[ReadStep] = field(default_factory=_read_steps)
-    tier_b_steps: list[TierBStep] = field(default_factory=_tier_b_steps)
-    audited: list[AuditStep] = field(default_factory=_audit_steps)
-    last_p: torch.Tensor | None = None
-    last_c: torch.Tensor | None = None
-    last_u: torch.Tensor | None = None
-    outlier_pairs: torch.Tensor | None = None
-    dither_exact: torch.Tensor | None = None
-    pair_energy: torch.Tensor | None = None
-    index_bytes: float = 0.0
-
-    @property
-    def writes(self) -> int:
-        """Tokens written so far."""
-        return sum(step.tokens for step in self.written)
-
-    @property
-    def reads(self) -> int:
-        """Query rows metered so far."""
-        return sum(step.rows for step in self.metered)
-
-    def add_write(self, step: WriteStep) -> None:
-        """Append one write call's records."""
-        self.written.append(step)
-
-    def add_read(self, step: ReadStep, *, last_p: torch.Tensor, last_c: torch.Tensor) -> None:
-        """Append one metered call and keep its final row's ``p_tilde`` and ``c``."""
-        self.metered.append(step)
-        self.last_p = last_p
-        self.last_c = last_c
-
-    def add_tier_b(self, step: TierBStep, *, last_u: torch.Tensor) -> None:
-        """Append one call's Tier-B cells and keep its final row's ``c``."""
-        self.tier_b_steps.append(step)
-        self.last_u = last_u
-
-    def add_audit(self, step: AuditStep) -> None:
-        """Append one call's true errors."""
-        self.audited.append(step)
-
-    def witnesses(self, part: int) -> torch.Tensor:
-        """Band witnesses of logit part ``part`` over every written token ``[B, Hkv, S, bands]``."""
-        return _cat([step.witnesses[part] for step in self.written], dim=2)
-
-    def exact(self, slot: int) -> torch.Tensor:
-        """The exact entries of cache slot ``slot`` (0 keys, 1 values) ``[B, Hkv, S, d]``.
-
-        Raises:
-            InvalidValueError: the cache did not keep exact entries (``audit=False``).
-        """
-        kept = [step.exact[slot] for step in self.written if step.exact is not None]
-        if not kept:
-            raise InvalidValueError("audit", False, "no exact entries were kept")
-        return _cat(kept, dim=2)
-
-    def value_residuals(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(||v_hat - v||, ||v||)`` per written token ``[B, Hkv, S]`` (dense memories).
-
-        Raises:
-            InvalidValueError: the layout has no value slot.
-        """
-        res = [step.value_res for step in self.written if step.value_res is not None]
-        norm = [step.value_norm for step in self.written if step.value_norm is not None]
-        if not res or not norm:
-            raise InvalidValueError("value_slot", None, "no value residuals were recorded")
-        return _cat(res, dim=2), _cat(norm, dim=2)
-
-    @property
-    def dither_scales(self) -> list[torch.Tensor]:
-        """The dithered key store's float16 block scales, one tensor per write call."""
-        return [step.dither_scales for step in self.written if step.dither_scales is not None]
-
-    @property
-    def dither_cast(self) -> list[torch.Tensor]:
-        """``||fl(x_hat) - x_hat||`` per token, one tensor per write call."""
-        return [step.dither_cast for step in self.written if step.dither_cast is not None]
-
-    def _store_record(self) -> KeyStoreRecord | None:
-        # The dithered key store's measured bytes and the stability of its outlier pairs.
-        pairs = self.outlier_pairs
-        if pairs is None:
-            return None
-        per_token = (sum(s.store_bytes for s in self.written) + self.index_bytes) / self.writes
-        later = [s.pair_overlap.reshape(-1) for s in self.written if s.pair_overlap is not None]
-        final = None
-        if self.pair_energy is not None:  # the energy of every token written, as one "token"
-            final = float(_pair_overlap(self.pair_energy.view(1, pairs.shape[0], 1, -1),
-                                        pairs).mean())
-        return KeyStoreRecord(per_token, outlier_pairs=pairs.to(torch.int64).numpy(),
-                              token_overlap=float(torch.cat(later).mean()) if later else None,
-                              final_overlap=final)
-
-    def record(self, layer: int) -> LayerRecord:
-        """The layer's :class:`LayerRecord` (numpy), one sub-record per path with data."""
-        write = read = tier_b = audit = None
-        if self.written:
-            write = WriteRecord(
-                self.writes,
-                witness_max=max(float(torch.cat([s.witnesses[i].reshape(-1) for s in self.written])
-                                      .max()) for i in range(len(self.written[0].witnesses))),
-                witness_full_max=float(torch.cat([s.witness_full.reshape(-1)
-                                                  for s in self.written]).max()),
-                store=self._store_record())
-        steps = self.metered
-        if steps and self.last_p is not None and self.last_c is not None:
-            bounds = [s.out_bound for s in steps if s.out_bound is not None]
-            vscale = [s.value_scale for s in steps if s.value_scale is not None]
-            read = ReadRecord(
-                self.reads, meter=_cat_np([s.meter for s in steps]),
-                eform=_cat_np([s.eform for s in steps]),
-                two_sided=_cat_np([s.two_sided for s in steps]),
-                c_max=_cat_np([s.c_max for s in steps]),
-                positions=torch.cat([s.positions for s in steps]).numpy(),
-                q_norm_max=float(torch.stack([s.q_norm for s in steps]).max()),
-                last_p=self.last_p.to(torch.float64).numpy(), last_c=self.last_c.numpy(),
-                out_bound=_cat_np(bounds) if bounds else None,
-                value_scale=_cat_np(vscale) if vscale else None,
-                bases=tuple(s.basis for s in steps if s.basis is not None))
-        if self.tier_b_steps and self.last_u is not None:
-            fixed = [s.fixed_meter for s in self.tier_b_steps if s.fixed_meter is not None]
-            tier_b = TierBRecord(_cat_np([s.meter for s in self.tier_b_steps]),
-                                 delta_loc=_cat_np([s.delta_loc for s in self.tier_b_steps]),
-                                 last_u=self.last_u.numpy(),
-                                 fixed_meter=_cat_np(fixed) if fixed else None)
-        if self.audited:
-            outs = [s.true_out for s in self.audited if s.true_out is not None]
-            audit = AuditRecord(_cat_np([s.true_tv for s in self.audited]),
-                                true_out=_cat_np(outs) if outs else None)
-        return LayerRecord(layer, write=write, read=read, tier_b=tier_b, audit=audit)
-
-
-class WitnessCache(DynamicCache):
-    """A :class:`~transformers.DynamicCache` that compresses on write and records witnesses.
-
-    Args:
-        config: the model config (layer types are taken from it, as ``DynamicCache`` does).
-        spec: the architecture's attention-memory layout (``None`` for a model without
-            attention layers, e.g. a pure recurrent one; an attention write then raises).
-        scheme: compression scheme, or ``None`` to store entries untouched and record nothing
-            (the adapter switched off).
-        request_id: keys the dither stream of randomised schemes.
-        audit: keep exact entries too (needed for the soundness stage of the gate).
-        defer: hold a small write's record-only norms (band witnesses, residual, value and
-            cast norms) until :meth:`record_writes`, which computes those of all held writes
-            stacked over layers, and a dithered write's content checks until :meth:`verify`
-            (the probe calls both at the end of each forward). ``False``: each write is
-            recorded and checked in its ``update`` (e.g. a subclass that reads its log there).
-    """
-
-    def __init__(self, *, config: Any, spec: ArchSpec | None, scheme: Scheme | None,
-                 request_id: int = 0, audit: bool = False, defer: bool = False) -> None:
-        super().__init__(config=config)
-        self.defer = defer
-        self._unrecorded: list[_Unrecorded] = []
-        self.spec = spec
-        self.scheme = scheme
-        self.request_id = request_id
-        self.audit = audit
-        self.logs: dict[int, LayerLog] = {}
-        self._layers = int(getattr(config, "num_hidden_layers", 0) or 0)
-        self._noise_key: tuple[int, int, int, int] | None = None
-        self._noise_all: torch.Tensor | None = None
-        self._deferred: list[tuple[int, torch.Tensor, Callable[[], DitherEncoding]]] = []
-
-    def verify(self) -> None:
-        """Read the deferred content checks of the dithered writes so far in one host sync.
-
-        Raises:
-            InvalidValueError: the typed error of the first write whose keys are not finite
-                or whose store overflowed or clipped (its quantization rerun with eager checks).
-        """
-        pending, self._deferred = self._deferred, []
-        if not pending or bool(torch.stack([ok for _, ok, _ in pending]).all()):
-            return
-        for layer, ok, quantize in pending:
-            if not bool(ok):
-                quantize()  # raises the check's typed error, naming the value
-                raise InvalidValueError("dithered store", f"layer {layer}",
-                                        "failed a deferred content check")
-
-    def _verify_before(self, layer: int) -> None:
-        # A layer writing again starts a new forward: read the previous forward's checks now
-        # if no probe did at its end.
-        if any(pending == layer for pending, _, _ in self._deferred):
-            self.verify()
-
-    def _noise(self, layer: int, start: int, keys: torch.Tensor) -> torch.Tensor | None:
-        # The dither of every layer at this write's positions, drawn at the forward's first
-        # dithered write in one Philox call and sliced per layer; None (the layer draws its
-        # own) past the element budget (a long prefill) or outside the config's layers.
-        _, kv_heads, tokens, head_dim = (int(n) for n in keys.shape)
-        key = (start, tokens, kv_heads, head_dim)
-        if layer >= self._layers or self._layers * kv_heads * tokens * head_dim > _WRITE_BUDGET:
-            return None
-        if self._noise_key != key or self._noise_all is None:
-            self._noise_all = dither_noise_layers(
-                request=self.request_id, layers=range(self._layers), kv_heads=kv_heads,
-                tokens=torch.arange(start, start + tokens), head_dim=head_dim)
-            self._noise_key = key
-        return self._noise_all[layer]
-
-    def record_writes(self) -> None:
-        """Record every held write (see ``defer``): its norms computed stacked over layers."""
-        pending, self._unrecorded = self._unrecorded, []
-        spec = self.spec
-        if not pending or spec is None:
-            return
-        groups: dict[tuple[object, ...], list[_Unrecorded]] = {}
-        for u in pending:
-            key = tuple(None if t is None else tuple(t.shape)
-                        for t in (*u.residuals, u.values, u.cast_res))
-            groups.setdefault(key, []).append(u)
-        for group in groups.values():
-            residuals = [torch.stack([u.residuals[i] for u in group]) for i in range(2)]
-            witnesses = [round_up_f32(band_norms(residuals[part.slot], bands=part.bands,
-                                                 layout=part.layout)).unbind(0)
-                         for part in spec.parts]
-            # Every per-token norm (||k_hat - k|| of the first logit slot, then ||k - x_hat||,
-            # ||v_hat - v||, ||v|| where present) in as few calls as shapes allow.
-            casts = [u.cast_res for u in group if u.cast_res is not None]
-            vals = [u.values for u in group if u.values is not None]
-            rows = [residuals[spec.parts[0].slot]] + ([torch.stack(casts)] if casts else [])
-            if spec.value_slot is not None and vals:
-                rows += [residuals[spec.value_slot], torch.stack(vals)]
-            norms = [n.unbind(0) for n in _norms_up(rows)]
-            full = norms.pop(0)
-            cast = norms.pop(0) if casts else (None,) * len(group)
-            value_res, value_norm = (norms[0], norms[1]) if norms else ((None,) * len(group),) * 2
-            for g, u in enumerate(group):
-                self.log(u.layer).add_write(u.make(
-                    tuple(w[g] for w in witnesses), full[g], value_res=value_res[g],
-                    value_norm=value_norm[g], dither_cast=cast[g]))
-
-    def log(self, layer: int) -> LayerLog:
-        """Return layer ``layer``'s accumulator, creating it on first use."""
-        entry = self.logs.get(layer)
-        if entry is None:
-            entry = LayerLog()
-            self.logs[layer] = entry
-        return entry
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
-               *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """Compress the new entries, record their witnesses, then store them as usual."""
-        if self.scheme is None:
-            return super().update(  # pyright: ignore[reportUnknownMemberType]
-                key_states, value_states, layer_idx, *args, **kwargs)
-        spec = self.spec
-        if spec is None:
-            raise InvalidValueError("spec", None, f"layer {layer_idx} wrote attention entries but "
-                                    "the cache has no registered attention layout")
-        start = self.get_seq_length(layer_idx) if layer_idx < len(self.layers) else 0
-        slots = (key_states, value_states)
-        log = self.log(layer_idx)
-        layout = spec.parts[0].layout
-        ctx_k, ctx_v = (WriteContext(self.request_id, layer_idx, start, role, layout)
-                        for role in (EntryRole.KEY, EntryRole.VALUE))
-        scales = overlap = None
-        cast_res: torch.Tensor | None = None
-        store_bytes = 0.0
-        dithered = self.scheme.dithered
-        if dithered is not None:
-            self._verify_before(layer_idx)
-            prefill = log.outlier_pairs is None
-            d = int(key_states.shape[-1])
-            if log.outlier_pairs is None:  # the prefill fixes the pairs for the request
-                log.outlier_pairs = dithered.select(key_states, ctx_k)
-                log.dither_exact = exact_channels(log.outlier_pairs, head_dim=d, layout=layout)
-            # the scheme's store (DitherSpec.encode), with the layer's kept channel mask, the
-            # forward's batched noise and (deferring) its content checks left to verify()
-            quantize = partial(dithered.encode, key_states, ctx_k, log.outlier_pairs,
-                               exact=log.dither_exact)
-            deferred: list[torch.Tensor] | None = [] if self.defer else None
-            enc = quantize(noise=self._noise(layer_idx, start, key_states), deferred=deferred)
-            if deferred is not None:
-                self._deferred.append((layer_idx, deferred[0], quantize))
-            scales = enc.scales
-            k_hat = enc.read(key_states.dtype)
-            # The model reads the reconstruction rounded to its dtype, outliers from their
-            # float16 values; that rounding is not dither noise, so it enters the Tier-B
-            # bound as a deterministic witness.
-            cast_res = k_hat.to(torch.float64) - enc.x_hat
-            acc = enc.byte_account()
-            log.index_bytes = enc.outlier_pairs.numel() * enc.outlier_pairs.element_size() \
-                / max(1, int(enc.outlier_pairs.shape[0]))
-            store_bytes = (acc.total - acc.indices) * key_states.shape[-2]
-            if dithered.outlier_pairs:
-                per_token = pair_energy(key_states, layout=layout)  # [B, Hkv, T, d/2]
-                overlap = None if prefill else _pair_overlap(per_token, log.outlier_pairs)
-                energy = per_token.sum(dim=(0, 2))
-                log.pair_energy = energy if log.pair_energy is None else log.pair_energy + energy
-            hats = (k_hat, self.scheme(value_states, ctx_v))
-        else:
-            hats = (self.scheme(key_states, ctx_k), self.scheme(value_states, ctx_v))
-        residuals = (hats[0].to(torch.float64) - slots[0].to(torch.float64),
-                     hats[1].to(torch.float64) - slots[1].to(torch.float64))
-        values = None if spec.value_slot is None else slots[spec.value_slot].to(torch.float64)
-        if any(u.layer == layer_idx for u in self._unrecorded):
-            self.record_writes()  # a new forward: the previous one's writes first
-        self._unrecorded.append(_Unrecorded(layer_idx, residuals, values, cast_res, partial(
-            WriteStep, key_states.shape[-2],
-            exact=(key_states.detach(), value_states.detach()) if self.audit else None,
-            dither_scales=scales, store_bytes=store_bytes, pair_overlap=overlap)))
-        if not self.defer or self._layers * residuals[0].numel() > _WRITE_BUDGET:
-            self.record_writes()
-        return super().update(  # pyright: ignore[reportUnknownMemberType]
-            hats[0], hats[1], layer_idx, *args, **kwargs)
-
-
-def _pair_overlap(energy: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
-    # Per token, the fraction of its own top-m pairs (by its pair energy [B, Hkv, T, d/2])
-    # that are among the fixed pairs [Hkv, m].
-    m = int(pairs.shape[-1])
-    own = torch.topk(energy, m, dim=-1).indices  # [B, Hkv, T, m]
-    hit = (own.unsqueeze(-1) == pairs.view(1, pairs.shape[0], 1, 1, m)).any(-1)
-    return hit.to(torch.float64).mean(dim=-1)
-
-
-def _norms_up(rows: list[torch.Tensor]) -> list[torch.Tensor]:
-    # round_up_f32(l2_norm_upper(x)) of each tensor; one stacked call when all shapes agree.
-    if len({tuple(r.shape) for r in rows}) == 1:
-        return list(round_up_f32(l2_norm_upper(torch.stack(rows))).unbind(0))
-    return [round_up_f32(l2_norm_upper(r)) for r in rows]
 
 
 def _expand_heads(x: torch.Tensor, heads: int, *, dim: int = 1) -> torch.Tensor:
@@ -623,18 +113,6 @@ def _expand_heads(x: torch.Tensor, heads: int, *, dim: int = 1) -> torch.Tensor:
 
 @final
 @dataclass(frozen=True, slots=True)
-class _Unrecorded:
-    # One write whose record-only norms are not computed yet: the float64 residuals of both
-    # slots, the exact values (dense), the cast residual (dithered) and the rest of its record.
-    layer: int
-    residuals: tuple[torch.Tensor, torch.Tensor]
-    values: torch.Tensor | None
-    cast_res: torch.Tensor | None
-    make: Callable[..., WriteStep]
-
-
-@final
-@dataclass(frozen=True, slots=True)
 class _Call:
     # One attention call awaiting its meter: what the layer produced, nothing computed yet.
     layer: int
@@ -644,108 +122,10 @@ class _Call:
     p_tilde: torch.Tensor
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class TierBEvent:
-    """One forward call's Tier-B certificate and its admission into the request ledger.
-
-    Attributes:
-        forward: 0-based index of the forward call within the request.
-        delta: the telescoping allowance the certificate used (exact).
-        rows: query rows the forward metered per layer and head.
-        reading: the forward's worst cell as a probabilistic ``AttentionTV`` reading
-            (``delta = delta``; its evidence carries the non-adaptive scope).
-        admission: the ledger's acknowledgement (kind, charge, spend after it).
-    """
-
-    forward: int
-    delta: Fraction
-    rows: int
-    reading: Reading[AttentionTV[AtConsume]]
-    admission: Admission
-
-
 def _float_down(delta: Probability, parts: int) -> float:
     # delta / parts, rounded down once: a smaller delta_loc keeps the union over the parts
     # within delta.
     return delta.split(parts).float_down()
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class LiveRun:
-    """What one probed request observed: one :class:`LayerRecord` per attention layer.
-
-    Satisfies :class:`~witcert_adapters.runs.ProbeRun`; cells are indexed
-    ``[batch, head, position]``, positions are absolute query positions.
-
-    Attributes:
-        scheme: the scheme's name.
-        memory_class: :attr:`MemoryKind.DENSE` or :attr:`MemoryKind.LATENT`.
-        declared: the ``(layer, path)`` sites the probe declared it would observe.
-        records: one record per layer that produced data, keyed by layer index (each
-            record's write, read, Tier-B and audit sub-records; see
-            :mod:`witcert_adapters.records`).
-        tier_b_events: one :class:`TierBEvent` per forward call, in order; empty unless the
-            scheme is dithered and the probe was given a ledger.
-
-    Raises:
-        InvalidValueError: a record is filed under another layer's index.
-    """
-
-    scheme: str
-    memory_class: MemoryKind
-    declared: frozenset[Site]
-    records: Mapping[int, LayerRecord]
-    tier_b_events: tuple[TierBEvent, ...] = ()
-
-    def __post_init__(self) -> None:
-        for key, rec in self.records.items():
-            if key != rec.layer:
-                raise InvalidValueError(f"records[{key}]", f"record of layer {rec.layer}",
-                                        "must be filed under its own layer index")
-
-    @property
-    def layers(self) -> tuple[int, ...]:
-        """The layers with a read-side record (metered rows), sorted."""
-        return tuple(sorted(k for k, rec in self.records.items() if rec.read is not None))
-
-    @property
-    def tier_b_layers(self) -> tuple[int, ...]:
-        """The layers with a Tier-B record, sorted."""
-        return tuple(sorted(k for k, rec in self.records.items() if rec.tier_b is not None))
-
-    @property
-    def observed(self) -> frozenset[Site]:
-        """The ``(layer, path)`` sites that produced data."""
-        return observed_sites(self.records.values())
-
-    def read(self, layer: int) -> ReadRecord:
-        """Layer ``layer``'s read-side record.
-
-        Raises:
-            InvalidValueError: the layer metered no row.
-        """
-        rec = self.records.get(layer)
-        if rec is None or rec.read is None:
-            raise InvalidValueError("layer", layer, f"metered no row; metered: {self.layers}")
-        return rec.read
-
-    def reported(self, layer: int) -> FloatArray:
-        """The reported meter ``min(1, raw)`` of a layer."""
-        return self.read(layer).reported()
-
-    def reported_tier_b(self, layer: int) -> FloatArray:
-        """The reported Tier-B bound ``min(1, raw)`` of a layer.
-
-        Raises:
-            InvalidValueError: the layer has no Tier-B record.
-        """
-        rec = self.records.get(layer)
-        if rec is None or rec.tier_b is None:
-            raise InvalidValueError("layer", layer,
-                                    f"has no Tier-B record; Tier-B layers: {self.tier_b_layers}")
-        return rec.tier_b.reported()
 
 
 class Probe:
@@ -970,8 +350,8 @@ class Probe:
             res, norm = zip(*(log.value_residuals() for log in logs), strict=True)
             kv_side["rho"], kv_side["vnorm"] = torch.stack(res), torch.stack(norm)
         if tier_b:
-            kv_side["scales"] = torch.stack([_cat(log.dither_scales, dim=2) for log in logs])
-            kv_side["cast"] = torch.stack([_cat(log.dither_cast, dim=2) for log in logs])
+            kv_side["scales"] = torch.stack([concat(log.dither_scales, dim=2) for log in logs])
+            kv_side["cast"] = torch.stack([concat(log.dither_cast, dim=2) for log in logs])
             masks = [log.dither_exact for log in logs]
             assert all(m is not None for m in masks), "a dithered write records its exact channels"
             kv_side["exact"] = torch.stack([m for m in masks if m is not None]).unsqueeze(1)

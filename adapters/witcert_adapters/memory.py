@@ -122,7 +122,7 @@ def _attention_probe(model: Any, *, scheme: str, request_id: int, audit: bool,
 
 def _attention_gate(run: ProbeRun[ObservedLayer], *, tokens: int, writes: int) -> GateVerdict:
     from witcert_adapters.gate import run_gate
-    from witcert_adapters.hf import LiveRun
+    from witcert_adapters.live_run import LiveRun
 
     if not isinstance(run, LiveRun):
         raise _wrong_run("attention (dense or latent)", run)

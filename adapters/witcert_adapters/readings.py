@@ -1,4 +1,4 @@
-"""Typed readings and contracts from a :class:`~witcert_adapters.hf.LiveRun`.
+"""Typed readings and contracts from a :class:`~witcert_adapters.live_run.LiveRun`.
 
 Per layer, the worst (largest) Tier-A meter over all cells becomes a
 ``Reading[AttentionTV[AtConsume]]`` backed by the meter's Lean theorem; its tier is
@@ -21,13 +21,13 @@ from typing import Final, TypeAlias, final
 
 import numpy as np
 
-from witcert_adapters.hf import LiveRun
+from witcert_adapters.live_run import LiveRun
 from witcert_calculus import RiskLedger, Verdict
 from witcert_calculus.contracts import Contract, Reading, chain
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.metrics import AtConsume, AttentionTV, KeyResidualAbs
-from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.validation import real
+from witcert_calculus.numerics.validation import real
 
 __all__ = ["METER_THEOREM", "DenseChain", "LayerReading", "admit_readings", "coverage",
            "dense_chain", "layer_readings"]

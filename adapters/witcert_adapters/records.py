@@ -27,8 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from witcert_adapters.runs import ProbePath
+from witcert_calculus.meters.tv_forms import TVBasis
 from witcert_calculus.tiers import Evidence
-from witcert_calculus.tv_forms import TVBasis
 
 __all__ = ["AuditRecord", "FloatArray", "IntArray", "KeyStoreRecord", "LayerRecord", "ReadRecord",
            "TierBRecord", "WriteRecord"]
@@ -143,7 +143,7 @@ class ReadRecord:
     def evidence(self, theorem: str) -> Evidence:
         """The evidence of a reading of this path's bounds that cites ``theorem``.
 
-        Each metered call's :class:`~witcert_calculus.tv_forms.TVBasis` is turned into
+        Each metered call's :class:`~witcert_calculus.meters.tv_forms.TVBasis` is turned into
         evidence, which reads its computed premises (a failed one raises); a record without
         bases (built by hand) assumes its logit bounds, and its readings are at most
         PARTIALLY_CERTIFIED.

@@ -59,14 +59,16 @@ from witcert_adapters.gate import (
     ordered_verdict,
     site_problems,
 )
-from witcert_adapters.hf import LiveRun, Probe, WitnessCache
+from witcert_adapters.hf import Probe
+from witcert_adapters.live_run import LiveRun
 from witcert_adapters.runs import MemoryKind, ProbePath, Site, observed_sites
 from witcert_adapters.schemes import EntryRole, Scheme, WriteContext, get_scheme
+from witcert_adapters.witness_cache import WitnessCache
 from witcert_calculus import RiskLedger
 from witcert_calculus.bridges import Recurrence, recurrence
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume
-from witcert_calculus.validation import positive_int
+from witcert_calculus.numerics.validation import positive_int
 from witcert_kernels.meter import l2_norm_upper, round_up_f32
 
 __all__ = ["RecurrentLayerRecord", "RecurrentProbe", "RecurrentRun", "RecurrentWitnessCache",
@@ -81,7 +83,7 @@ def _fro(x: torch.Tensor) -> torch.Tensor:
 
 
 class RecurrentWitnessCache(WitnessCache):
-    """A :class:`~witcert_adapters.hf.WitnessCache` whose recurrent-state writes are also
+    """A :class:`~witcert_adapters.witness_cache.WitnessCache` whose recurrent-state writes are also
     compressed and witnessed (attention writes of a hybrid go through the parent).
 
     Args:

@@ -1,9 +1,9 @@
 """The gate that repairs: meter-driven, block-granular page-in of exact entries during generation.
 
-A :class:`RepairCache` is a :class:`~witcert_adapters.hf.WitnessCache` (it compresses every
-write with the registered scheme and records band witnesses exactly as the witnessing cache
-does) that also keeps an exact :class:`BackingStore` of every entry written, on the CPU, and
-repairs itself before the attention reads it. A :class:`Repairer` attaches it to a
+A :class:`RepairCache` is a :class:`~witcert_adapters.witness_cache.WitnessCache` (it
+compresses every write with the registered scheme and records band witnesses exactly as the
+witnessing cache does) that also keeps an exact :class:`BackingStore` of every entry written, on the
+CPU, and repairs itself before the attention reads it. A :class:`Repairer` attaches it to a
 transformers model: a forward pre-hook on each attention module recomputes the layer's
 post-RoPE queries (``spec.queries(module, hidden, position_embeddings)``, as
 :class:`~witcert_adapters.hf.Probe` does) and stages them on the cache; the cache's
@@ -23,14 +23,14 @@ post-RoPE queries (``spec.queries(module, hidden, position_embeddings)``, as
    ``h // groups``) until the recomputed meter of every row is at most ``tau``: the exact
    keys and values of the block's slots are written back into the stored tensors, their
    witnesses (band witnesses, full witness, value residual) are set to 0 in the cache's
-   :class:`~witcert_adapters.hf.LayerLog`, and the slots are marked paged (a paged slot is
-   never paged again and stays exact for the rest of the request),
+   :class:`~witcert_adapters.layer_log.LayerLog`, and the slots are marked paged (a paged
+   slot is never paged again and stays exact for the rest of the request),
 5. returns the repaired keys and values to the attention.
 
 Which blocks. With block masses ``mass_j`` of ``p~`` and block-constant bounds
-``u_j = max_{t in j} c_t`` (:func:`~witcert_calculus.page_in.block_summary`), paging in block
+``u_j = max_{t in j} c_t`` (:func:`~witcert_calculus.meters.page_in.block_summary`), paging in block
 ``j`` lowers ``A = sum_j mass_j e^{u_j}`` by exactly ``mass_j (e^{u_j} - 1)`` (Lean
-``WitCert.Meters.page_in_decrease``); :func:`~witcert_calculus.page_in.page_in_order` gives
+``WitCert.Meters.page_in_decrease``); :func:`~witcert_calculus.meters.page_in.page_in_order` gives
 the fewest blocks that bring the e-form ``(A^2 - 1)/2`` to ``tau`` at the current ``p~``. The
 page-in changes ``p~``, so the meter is recomputed on the repaired cache and the step is
 repeated while a row stays above ``tau`` (each round pages at least one new block; when every
@@ -91,12 +91,13 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from witcert_adapters.architectures import ArchSpec, spec_for
-from witcert_adapters.hf import LayerLog, WitnessCache
+from witcert_adapters.layer_log import LayerLog
 from witcert_adapters.runs import MemoryKind
 from witcert_adapters.schemes import Scheme, get_scheme
+from witcert_adapters.witness_cache import WitnessCache
 from witcert_calculus.errors import InvalidValueError, UnwrittenSlotError
-from witcert_calculus.page_in import block_summary, page_in_order
-from witcert_calculus.validation import positive_int, real
+from witcert_calculus.meters.page_in import block_summary, page_in_order
+from witcert_calculus.numerics.validation import positive_int, real
 from witcert_kernels.meter import logit_bound, tv_bounds_batch
 
 __all__ = [

@@ -18,7 +18,7 @@ Built-in schemes (all registered at import):
   ``fp8_e5m2_scaled`` with a per-token float16 scale mapping the token's amax to the
   format's largest normal.
 - ``dither_int8``: keys through the subtractively dithered INT8 quantizer of
-  :mod:`witcert_calculus.dither`, applied through its bit-identical torch port
+  :mod:`witcert_calculus.meters.dither`, applied through its bit-identical torch port
   :mod:`witcert_kernels.dither` (per-token fp16 scale rounded upward, counter-based
   Philox stream keyed by request, layer, kv head, token and channel; the batch index is
   not part of the key, so a batch shares one stream per request); values through int8
@@ -50,10 +50,10 @@ from typing import final
 
 import torch
 
-from witcert_calculus.dither import byte_account
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.validation import positive_int, real
-from witcert_calculus.witness import RopeLayout
+from witcert_calculus.meters.dither import byte_account
+from witcert_calculus.meters.witness import RopeLayout
+from witcert_calculus.numerics.validation import positive_int, real
 from witcert_kernels.dither import DitherEncoding, dither_quantize, select_outlier_pairs
 
 __all__ = [
@@ -209,7 +209,7 @@ class Scheme:
 
     def key_bytes(self, head_dim: int, *, tokens: int = 1) -> float:
         """Bytes per token per head of a stored key: payload plus per-group metadata; for a
-        dithered store, :func:`witcert_calculus.dither.byte_account` over ``tokens`` stored
+        dithered store, :func:`witcert_calculus.meters.dither.byte_account` over ``tokens`` stored
         tokens (the outlier indices amortize over them). The adapter measures a dithered
         store from its tensors (:meth:`witcert_kernels.dither.DitherEncoding.byte_account`).
 

@@ -48,7 +48,7 @@ from witcert_calculus.bridges import selector_mass_eform
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, SelectorMass
-from witcert_calculus.validation import positive_int
+from witcert_calculus.numerics.validation import positive_int
 from witcert_kernels.meter import l2_norm_upper, round_up_f32
 
 __all__ = ["SelectionAuditRecord", "SelectionRecord", "SelectorCache", "SelectorLayerRecord",

@@ -11,9 +11,9 @@ public section
 /-!
 # The sub-Gaussian tail of subtractively dithered quantization error
 
-Formal companion of `witcert_calculus.dither` (the Tier-B certificate).
+Formal companion of `witcert_calculus.meters.dither` (the Tier-B certificate).
 
-The dither offset `ξ` of `witcert_calculus.dither` is drawn from the grid `j · 2⁻²⁴ − ½`,
+The dither offset `ξ` of `witcert_calculus.meters.dither` is drawn from the grid `j · 2⁻²⁴ − ½`,
 `j < 2²⁴`. With subtractive dither the rounding residual of a channel, in units of the block
 scale, is then `V + d`: `V` uniform on the `2²⁴` midpoints `(2j + 1 − 2²⁴) · 2⁻²⁵` of
 `[−½, ½]` and `d` a deterministic offset with `|d| ≤ 2⁻²⁵` (half a grid step,
@@ -280,7 +280,7 @@ theorem sumSq_channelCoeffs_le (e : α) (K : Nat) (ws : List α) :
 `(2j + 1 − 2^K) e`, `j < 2^K` (shifted by `a`): for every `f`,
 `2^K · E f (a + Σ_k ± 2^k e) = Σ_{j<2^K} f (a + (2j + 1 − 2^K) e)`. With `2^K e = ½` these are
 the midpoints of `2^K` equal cells of `[−½, ½]`: the centred dither residual of
-`witcert_calculus.dither` for `K = 24`. -/
+`witcert_calculus.meters.dither` for `K = 24`. -/
 theorem signAvg_dyadic (f : α → α) (e : α) (K : Nat) (a : α) :
     (2 : α) ^ K * signAvg K (fun s => f (a + dot (dyadic e K) s)) =
       rsum (fun j => f (a + (2 * (j : α) + 1 - (2 : α) ^ K) * e)) (2 ^ K) := by
@@ -470,7 +470,7 @@ theorem signAvg_abs_tail_le (E : CoshLaws α) (cs : List α) {r σ2 : α} (hr : 
 midpoint grid variable of half-width `h = 2^K e` (`signAvg_dyadic`, `signAvg_append`): if
 `h² Σ_c w_c² ≤ 3σ²` then `P(|Σ_c w_c V_c| ≥ r) ≤ 2 exp (−r²/(2σ²))`. With `h = ½`
 (the unit cell) and `w_c = scale · q_c · s_c` this is the Tier-B radius of
-`witcert_calculus.dither`: `σ² = scale² Σ_c q_c² s_c² / 12`. -/
+`witcert_calculus.meters.dither`: `σ² = scale² Σ_c q_c² s_c² / 12`. -/
 theorem dither_logit_tail (E : CoshLaws α) (e : α) (K : Nat) (ws : List α) {r σ2 : α}
     (hr : 0 ≤ r) (hσ : 0 < σ2)
     (hvar : sumSq ws * (((2 : α) ^ K * e) * ((2 : α) ^ K * e)) ≤ 3 * σ2) :

@@ -9,8 +9,8 @@ public import WitCert.Bridges
 /-!
 # Format witnesses: the residual bound an fp8 code carries by itself
 
-Mirror of `witcert_calculus.formats` (and of `witcert_calculus.witness.tighter`). A cache
-that stores keys as fp8 codes with a scale `s` holds `s q` for the code's value `q`. When the
+Mirror of `witcert_calculus.meters.formats` (and of
+`witcert_calculus.meters.witness.tighter`). A cache that stores keys as fp8 codes with a scale `s` holds `s q` for the code's value `q`. When the
 writer's rounding rule is known, the code alone bounds the residual of every channel: the true key
 `x` lies within `w = s (g + η (|q| + g) + ε)` of `s q`, where `g` is the grid step of the rounding
 at the code, `η` the relative and `ε` the absolute slack of the writer's float32 arithmetic. The

@@ -9,8 +9,8 @@ module
 /-!
 # The sampling sentinel's miss probability over a finite sample space
 
-Formal companion of the modelling step of `witcert_calculus.sentinels.sentinel_rounds` and
-`witcert_calculus.sentinels.sentinel_miss_probability`. One round of the sentinel draws `r`
+Formal companion of the modelling step of `witcert_calculus.meters.sentinels.sentinel_rounds` and
+`witcert_calculus.meters.sentinels.sentinel_miss_probability`. One round of the sentinel draws `r`
 slots uniformly and independently *with replacement* out of `M` slots, `B` of which are bad,
 and uses `q = (1 − B/M)^r` (Python: `mp.power(mp.mpf(m - b) / m, r)`) as the probability that
 the round misses every bad slot. This file proves that formula over the finite sample space of

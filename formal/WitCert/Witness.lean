@@ -9,8 +9,8 @@ public import WitCert.Bridges
 /-!
 # Band witnesses and the per-band Cauchy–Schwarz logit bound
 
-Mirror of `witcert_calculus.witness`. A key residual `r` is cut into bands; the witness stored
-at write time is an upper bound of each band norm `‖r_b‖`. At read time the logit error of a
+Mirror of `witcert_calculus.meters.witness`. A key residual `r` is cut into bands; the witness
+stored at write time is an upper bound of each band norm `‖r_b‖`. At read time the logit error of a
 token obeys `|s ⟨q, r⟩| ≤ c = s Σ_b ‖q_b‖ w_b`: Cauchy–Schwarz in each band, then the triangle
 inequality over the bands.
 

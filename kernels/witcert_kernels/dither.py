@@ -1,4 +1,4 @@
-"""Torch port of the subtractively dithered INT8 key quantizer of :mod:`witcert_calculus.dither`.
+"""Torch port of the subtractively dithered INT8 key quantizer of :mod:`witcert_calculus.meters.dither`.
 
 The numpy module is the reference; this port produces the *same bits*: the same
 Philox-4x32-10 stream keyed by ``(request, layer, kv_head, token, channel)`` (counter words
@@ -13,7 +13,7 @@ uint32 arithmetic is done in int64 with explicit 16-bit limbs for the 32x32 -> 6
 products (every intermediate stays below 2^49), so nothing relies on wrapping overflow.
 
 Outlier RoPE pairs (:func:`select_outlier_pairs`, the rule of
-:func:`witcert_calculus.dither.select_outlier_pairs`: the ``m`` pairs of largest energy
+:func:`witcert_calculus.meters.dither.select_outlier_pairs`: the ``m`` pairs of largest energy
 ``sum_t (x_{t,a}^2 + x_{t,b}^2)``) are fixed per ``(layer, kv head)``, kept exact in the
 reconstruction ``x_hat`` and excluded from the block amax, as in the reference; the store
 keeps their values in float16 (:attr:`DitherEncoding.outlier_values`), and
@@ -23,12 +23,12 @@ deterministic cast term of :func:`tier_b_logit_bound`. :meth:`DitherEncoding.byt
 measures the packed bytes per token per head from the stored tensors.
 
 The Tier-B per-token logit bound (:func:`tier_b_logit_bound`) is the formula of
-:func:`witcert_calculus.dither.tier_b_logit_bound` on batched tensors, with the same
-margins (:mod:`witcert_calculus.rounding`), plus the term of a reconstruction stored in a
+:func:`witcert_calculus.meters.dither.tier_b_logit_bound` on batched tensors, with the same
+margins (:mod:`witcert_calculus.numerics.rounding`), plus the term of a reconstruction stored in a
 narrower type than float64.
 
 Constants (``QMAX``, the Philox multipliers and Weyl increments, the ``2^-24`` grid) are
-those of :mod:`witcert_calculus.dither`.
+those of :mod:`witcert_calculus.meters.dither`.
 
 Main declarations
 -----------------
@@ -40,9 +40,9 @@ Main declarations
 - :class:`DitherEncoding`, :func:`dither_quantize`: codes, float16 scales, outlier values and
   the reconstruction for ``[batch, kv_heads, tokens, head_dim]`` keys.
 - :func:`tier_b_logit_bound`: the per-token Tier-B logit bound ``u_t`` of every query row, an
-  established :class:`~witcert_calculus.witness.LogitBound` (on its event, under
-  :data:`witcert_calculus.dither.NON_ADAPTIVE_QUERIES`,
-  :data:`witcert_calculus.dither.PHILOX_UNIFORM` and :data:`STORED_ENCODING`).
+  established :class:`~witcert_calculus.meters.witness.LogitBound` (on its event, under
+  :data:`witcert_calculus.meters.dither.NON_ADAPTIVE_QUERIES`,
+  :data:`witcert_calculus.meters.dither.PHILOX_UNIFORM` and :data:`STORED_ENCODING`).
 """
 
 from __future__ import annotations
@@ -54,20 +54,20 @@ from typing import Final, final
 
 import torch
 
-from witcert_calculus.dither import GRID_BITS, GRID_MEAN, GRID_STEP, NON_ADAPTIVE_QUERIES, \
+from witcert_calculus.meters.dither import GRID_BITS, GRID_MEAN, GRID_STEP, NON_ADAPTIVE_QUERIES, \
     PHILOX_MULTIPLIERS, PHILOX_UNIFORM, PHILOX_WEYL, QMAX, ByteAccount
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.rounding import Margin, cast_margin, grid_mean_margin, radius_margin, \
+from witcert_calculus.numerics.rounding import Margin, cast_margin, grid_mean_margin, radius_margin, \
     variance_margin
+from witcert_calculus.meters.witness import LogitBound, RopeLayout
+from witcert_calculus.numerics.validation import positive_int, real, uint
 from witcert_calculus.tiers import Assumption, Evidence, Premise
-from witcert_calculus.validation import positive_int, real, uint
-from witcert_calculus.witness import LogitBound, RopeLayout
 from witcert_kernels.meter import _add_bounds, band_norms  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.rounding import outward
 # The shared constructions of an established bound and of its evidence (not public API).
-from witcert_calculus.dither import _tier_b_evidence  # pyright: ignore[reportPrivateUsage]
-from witcert_calculus.witness import _establish  # pyright: ignore[reportPrivateUsage]
-from witcert_calculus.witness import _pair_channels  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.meters.dither import _tier_b_evidence  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.meters.witness import _establish  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.meters.witness import _pair_channels  # pyright: ignore[reportPrivateUsage]
 
 __all__ = ["DitherEncoding", "STORED_ENCODING", "dither_noise", "dither_noise_layers",
            "dither_quantize", "exact_channels", "pair_energy", "philox4x32",
@@ -138,7 +138,7 @@ def dither_noise(*, request: int, layer: int, kv_heads: int, tokens: torch.Tenso
     """The dither ``xi[h, t, c]`` in ``[-1/2, 1/2)``, float64 ``[kv_heads, S, head_dim]``.
 
     A pure function of ``(request, layer, kv_head, token, channel)``: bit-identical to
-    :func:`witcert_calculus.dither.dither_noise` for ``DitherKey(request, layer, kv_head)``.
+    :func:`witcert_calculus.meters.dither.dither_noise` for ``DitherKey(request, layer, kv_head)``.
 
     Raises:
         InvalidValueError: an index outside its range (request ``< 2^64``, others ``< 2^32``).
@@ -199,7 +199,7 @@ def _round_up_f16(x: torch.Tensor) -> torch.Tensor:
 def select_outlier_pairs(x: torch.Tensor, *, count: int, layout: RopeLayout) -> torch.Tensor:
     """The ``count`` RoPE pairs of largest energy per kv head, sorted: ``[kv_heads, count]``.
 
-    The rule of :func:`witcert_calculus.dither.select_outlier_pairs` (energy
+    The rule of :func:`witcert_calculus.meters.dither.select_outlier_pairs` (energy
     ``sum_t (x_{t,a}^2 + x_{t,b}^2)`` over every token and batch row, ties to the lower
     index), for ``[batch, kv_heads, tokens, head_dim]`` keys: a cache calls it once, on a
     layer's first write (the prefill), and keeps the pairs for the request.
@@ -343,7 +343,7 @@ def dither_quantize(x: torch.Tensor, *, request: int, layer: int, start: int,
     Token ``i`` of the block sits at absolute position ``start + i``; the stream does not
     depend on the batch index (a batch shares one stream per request). Outlier channels are
     kept exact, excluded from the block amax and hold code 0, as in
-    :func:`witcert_calculus.dither.dither_quantize`.
+    :func:`witcert_calculus.meters.dither.dither_quantize`.
 
     Args:
         x: keys ``[batch, kv_heads, tokens, head_dim]`` (values taken exactly as float64).
@@ -447,13 +447,13 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
     exact outlier channels carry no dither error), the grid-mean term
     ``m_t = scale sum_b s_{t,b} (sum_{c in b, c kept} |q_c|) 2^-25`` and the cast term
     ``e_t = scale ||q|| cast_t``: the formula and margins of
-    :func:`witcert_calculus.dither.tier_b_logit_bound` (which has no cast term: it reads the
+    :func:`witcert_calculus.meters.dither.tier_b_logit_bound` (which has no cast term: it reads the
     float64 reconstruction), each term rounded outward with room for the sum. ``|eps_t| <=
     u_t`` for all visible tokens of a row except with probability ``delta_loc``, for
     non-adaptive queries: the result is an established
-    :class:`~witcert_calculus.witness.LogitBound` with ``delta = delta_loc`` (per row) and the
-    assumptions :data:`witcert_calculus.dither.NON_ADAPTIVE_QUERIES`,
-    :data:`witcert_calculus.dither.PHILOX_UNIFORM` and :data:`STORED_ENCODING`. Its
+    :class:`~witcert_calculus.meters.witness.LogitBound` with ``delta = delta_loc`` (per row) and
+    the assumptions :data:`witcert_calculus.meters.dither.NON_ADAPTIVE_QUERIES`,
+    :data:`witcert_calculus.meters.dither.PHILOX_UNIFORM` and :data:`STORED_ENCODING`. Its
     premises on tensor contents (scales, cast and ``visible``) are computed on the device
     and read when a reading's evidence is built.
 
@@ -474,7 +474,7 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
             query rows, e.g. ``[B, H, 1, d]``), or ``None`` for none.
 
     Returns:
-        A :class:`~witcert_calculus.witness.LogitBound` of ``[..., Q, S]`` float64 bounds.
+        A :class:`~witcert_calculus.meters.witness.LogitBound` of ``[..., Q, S]`` float64 bounds.
 
     Raises:
         InvalidValueError: ``nb`` not dividing ``d``, ``scale`` or ``delta_loc`` invalid.

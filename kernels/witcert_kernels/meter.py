@@ -1,23 +1,23 @@
 """Torch versions of the Tier-A WitCert meter: band witnesses, logit bound, TV forms.
 
-These evaluate the formulas of :mod:`witcert_calculus.witness` and
-:mod:`witcert_calculus.tv_forms` on batched tensors (any leading shape), with the same
+These evaluate the formulas of :mod:`witcert_calculus.meters.witness` and
+:mod:`witcert_calculus.meters.tv_forms` on batched tensors (any leading shape), with the same
 bands, the same expressions and the same outward-rounding margins
-(:mod:`witcert_calculus.rounding`), so that an adapter can meter every (layer, head, step)
+(:mod:`witcert_calculus.numerics.rounding`), so that an adapter can meter every (layer, head, step)
 cell of a live model without a host sync per cell. They are the reference for future
 Triton kernels; the test suite checks them against the numpy versions.
 
 Layouts. Rotary embeddings rotate coordinate *pairs*; the pairing is a
-:class:`witcert_calculus.witness.RopeLayout` (``HALF_SPLIT`` for Hugging Face's
+:class:`witcert_calculus.meters.witness.RopeLayout` (``HALF_SPLIT`` for Hugging Face's
 ``rotate_half``, ``INTERLEAVED`` for the original layout). A band is a contiguous run of
-pair indices (:func:`witcert_calculus.witness.band_channels`) and always holds both
+pair indices (:func:`witcert_calculus.meters.witness.band_channels`) and always holds both
 coordinates of its pairs, so the band norm of a rotated vector equals that of the
 unrotated one (band unitarity).
 
 Certified by construction. An adapter certifies its Tier-A readings without asserting any
 premise: ``c = logit_bound(query, witness, layout=layout, scale=scale)`` (the query itself,
 its band norms computed here) is an established
-:class:`~witcert_calculus.witness.LogitBound`; parts add (``c = c1 + c2``, rounded upward);
+:class:`~witcert_calculus.meters.witness.LogitBound`; parts add (``c = c1 + c2``, rounded upward);
 ``b = tv_bounds_batch(p_tilde, c, check=False)`` keeps what the bounds rest on in
 ``b.basis``, and ``Reading(AttentionTV[AtConsume], value, evidence=b.basis.evidence(theorem),
 delta=b.basis.delta)`` is CERTIFIED below saturation. The premises on tensor contents are
@@ -31,12 +31,12 @@ Main declarations
 - :func:`band_norms`: per-band l2 norms, rounded outward (witnesses of residuals, band
   norms of queries).
 - :func:`logit_bound`: ``c_t = scale * sum_b ||q_b|| * w_{t,b}`` (Cauchy-Schwarz per band),
-  an established :class:`~witcert_calculus.witness.LogitBound` holding a tensor.
+  an established :class:`~witcert_calculus.meters.witness.LogitBound` holding a tensor.
 - :func:`format_logit_bound`: ``c_t = scale * sum_c |q_c| * w_{t,c}`` from per-channel format
-  witnesses (the box bound), an established :class:`~witcert_calculus.witness.LogitBound`;
+  witnesses (the box bound), an established :class:`~witcert_calculus.meters.witness.LogitBound`;
   :func:`format_witness`: those witnesses from stored fp8 codes.
-- :func:`tv_bounds_batch`: every TV form as a :class:`witcert_calculus.tv_forms.TVBatch`,
-  with the :class:`~witcert_calculus.tv_forms.TVBasis` its readings' evidence comes from;
+- :func:`tv_bounds_batch`: every TV form as a :class:`witcert_calculus.meters.tv_forms.TVBatch`,
+  with the :class:`~witcert_calculus.meters.tv_forms.TVBasis` its readings' evidence comes from;
   :func:`tv_meter_batch` (:class:`TVMeter`): the meter ``min(e-form, two-sided)`` alone;
   :func:`tv_tanh_max_batch`: the cheap form ``tanh(max c)`` alone (no attention weights).
 - :func:`forms_from_logs`: the e-form and two-sided form from ``log A`` and ``log A-``.
@@ -58,22 +58,22 @@ import numpy as np
 import torch
 
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
-from witcert_calculus.formats import BOX_PREMISE, Fp8Format, Rounding, box_evidence, \
+from witcert_calculus.meters.formats import BOX_PREMISE, Fp8Format, Rounding, box_evidence, \
     witness_table
-from witcert_calculus.rounding import TINY, band_norm_margin, dot_margin, logit_margin, \
+from witcert_calculus.numerics.rounding import TINY, band_norm_margin, dot_margin, logit_margin, \
     sum_margin, tanh_margin, tv_margin
-from witcert_calculus.theorems import TV_SINGLE_TOKEN
-from witcert_calculus.tv_forms import SINGLE_TOKEN_PREMISE, TVBasis, TVBatch
-from witcert_calculus.validation import positive_int, real
-from witcert_calculus.witness import ESTABLISHERS, LogitBound, RopeLayout, band_channels, \
+from witcert_calculus.lean.theorems import TV_SINGLE_TOKEN
+from witcert_calculus.meters.tv_forms import SINGLE_TOKEN_PREMISE, TVBasis, TVBatch
+from witcert_calculus.numerics.validation import positive_int, real
+from witcert_calculus.meters.witness import ESTABLISHERS, LogitBound, RopeLayout, band_channels, \
     is_established
 from witcert_kernels.rounding import add_up, outward
 # The shared constructions of an established bound and of a TV basis (not public API: only
 # the establishing functions and the TV forms use them).
-from witcert_calculus.tv_forms import _basis  # pyright: ignore[reportPrivateUsage]
-from witcert_calculus.witness import _WITNESS_PREMISE  # pyright: ignore[reportPrivateUsage]
-from witcert_calculus.witness import _establish  # pyright: ignore[reportPrivateUsage]
-from witcert_calculus.witness import _tier_a_evidence  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.meters.tv_forms import _basis  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.meters.witness import _WITNESS_PREMISE  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.meters.witness import _establish  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.meters.witness import _tier_a_evidence  # pyright: ignore[reportPrivateUsage]
 
 __all__ = [
     "TVMeter",
@@ -111,9 +111,9 @@ def _band_layout(head_dim: int, bands: int, layout: RopeLayout, device: torch.de
 def band_norms(x: torch.Tensor, *, bands: int, layout: RopeLayout) -> torch.Tensor:
     """Per-band l2 norms over the last dimension: rigorous float64 upper bounds.
 
-    The bands and the margins are those of :func:`witcert_calculus.witness.band_norms`: the
+    The bands and the margins are those of :func:`witcert_calculus.meters.witness.band_norms`: the
     norm is taken after scaling by the row maximum (no overflow, no false zero from
-    underflow) and rounded outward (:func:`witcert_calculus.rounding.band_norm_margin`).
+    underflow) and rounded outward (:func:`witcert_calculus.numerics.rounding.band_norm_margin`).
 
     Args:
         x: ``[..., d]`` (a key/value residual, or a query).
@@ -171,10 +171,10 @@ def output_error_bound(tv: torch.Tensor, *, value_norm_max: torch.Tensor,
                        p_tilde: torch.Tensor, rho: torch.Tensor) -> torch.Tensor:
     """``2 min(1, tv) max_t ||v_t|| + sum_t p~_t rho_t``, batched and rounded outward.
 
-    The torch twin of :func:`witcert_calculus.output_bound.output_error_bound` (Lean:
+    The torch twin of :func:`witcert_calculus.meters.output_bound.output_error_bound` (Lean:
     ``WitCert.Meters.output_error_bound_vector_sound``): the float64 sum of products
-    carries :func:`witcert_calculus.rounding.dot_margin`, the combination
-    :func:`witcert_calculus.rounding.sum_margin` of two terms.
+    carries :func:`witcert_calculus.numerics.rounding.dot_margin`, the combination
+    :func:`witcert_calculus.numerics.rounding.sum_margin` of two terms.
 
     Args:
         tv: ``[...]`` upper bounds of ``TV(p, p~)`` (a bound above 1 counts as 1, the range
@@ -221,7 +221,7 @@ def round_up_f32(x: torch.Tensor) -> torch.Tensor:
 
     A witness is an upper bound; rounding it to nearest could lower it, so the
     float32 copy is moved one step toward +inf wherever the cast went down (the storage
-    rule of :mod:`witcert_calculus.rounding`).
+    rule of :mod:`witcert_calculus.numerics.rounding`).
 
     Example:
         >>> x = torch.tensor([0.1], dtype=torch.float64)
@@ -246,17 +246,17 @@ def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
                 layout: RopeLayout | None = None) -> LogitBound[torch.Tensor] | torch.Tensor:
     """Per-token logit error bound ``c_t = scale * sum_b ||q_b|| * w_{t,b}``, rounded outward.
 
-    The torch twin of :func:`witcert_calculus.witness.logit_bound`: its formula and margins
-    (:func:`witcert_calculus.rounding.logit_margin`); an overflowed witness that meets an
+    The torch twin of :func:`witcert_calculus.meters.witness.logit_bound`: its formula and margins
+    (:func:`witcert_calculus.numerics.rounding.logit_margin`); an overflowed witness that meets an
     exactly zero query band contributes 0, as its exact product does.
 
     With ``layout``, the first argument is the query: its band norms are computed here
     (:func:`band_norms`, over the witness's bands) and the result is an established
-    :class:`~witcert_calculus.witness.LogitBound` (Lean ``WitCert.Witness.logit_bound_sound``;
-    the TV forms take it as proved). That the witness is ``>= 0`` is computed on the device
-    (no host sync) and read when a reading's evidence is built. Without ``layout`` (the
-    older form), the first argument holds band norms the caller computed and the result is
-    a plain tensor: the caller's claim, assumed by the TV forms.
+    :class:`~witcert_calculus.meters.witness.LogitBound` (Lean
+    ``WitCert.Witness.logit_bound_sound``; the TV forms take it as proved). That the witness is
+    ``>= 0`` is computed on the device (no host sync) and read when a reading's evidence is built.
+    Without ``layout`` (the older form), the first argument holds band norms the caller computed and
+    the result is a plain tensor: the caller's claim, assumed by the TV forms.
 
     Args:
         query: ``[..., d]`` the query (with ``layout``), or ``[..., B]`` its band norms
@@ -267,7 +267,7 @@ def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
         layout: the rotary layout of the query and the witness.
 
     Returns:
-        With ``layout``, a :class:`~witcert_calculus.witness.LogitBound` whose ``values`` are
+        With ``layout``, a :class:`~witcert_calculus.meters.witness.LogitBound` whose ``values`` are
         ``[..., S]`` float64 bounds ``c_t >= |eps_t|`` (``delta = 0``); without, the
         ``[..., S]`` tensor itself.
 
@@ -306,7 +306,7 @@ def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
 @lru_cache(maxsize=64)
 def _witness_table(fmt: Fp8Format, rounding: Rounding, scale: float, device: torch.device
                    ) -> torch.Tensor:
-    # The 256 witnesses of witcert_calculus.formats.witness_table, made once per device.
+    # The 256 witnesses of witcert_calculus.meters.formats.witness_table, made once per device.
     return torch.tensor(np.array(witness_table(fmt, rounding, scale=scale)), dtype=_F64,
                         device=device)
 
@@ -315,7 +315,7 @@ def format_witness(codes: torch.Tensor, *, fmt: Fp8Format, rounding: Rounding,
                    scale: float) -> torch.Tensor:
     """Per-channel residual bounds ``w`` of stored fp8 codes (``uint8``), float64.
 
-    The torch twin of :func:`witcert_calculus.formats.format_witness`: the same
+    The torch twin of :func:`witcert_calculus.meters.formats.format_witness`: the same
     table (exact witnesses rounded upward, ``inf`` for a code where the writer clamps),
     looked up per code.
 
@@ -338,13 +338,13 @@ def format_logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: flo
     """Per-token logit error bounds ``c_t = scale * sum_c |q_c| * w_{t,c}`` of many queries
     against the same keys, established.
 
-    The torch twin of :func:`witcert_calculus.formats.format_logit_bound` (Lean
+    The torch twin of :func:`witcert_calculus.meters.formats.format_logit_bound` (Lean
     ``WitCert.Formats.box_logit_bound_sound``), batched as a matrix product: the witness
     ``[*batch, S, d]`` is met by every query row ``[*batch, *rows, d]`` sharing its batch
     index (no copy of the witness per row). Rounded outward with the margin of ``d``
-    products (:func:`witcert_calculus.rounding.logit_margin`). An infinite witness saturates
-    its token (``inf``, also against a zero query channel), as in the numpy version. That the
-    witness is ``>= 0`` is computed on the device and read when a reading's evidence is
+    products (:func:`witcert_calculus.numerics.rounding.logit_margin`). An infinite witness
+    saturates its token (``inf``, also against a zero query channel), as in the numpy version. That
+    the witness is ``>= 0`` is computed on the device and read when a reading's evidence is
     built.
 
     Args:
@@ -353,7 +353,7 @@ def format_logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: flo
         scale: the attention's softmax scale (positive, finite).
 
     Returns:
-        A :class:`~witcert_calculus.witness.LogitBound` of ``[*batch, *rows, S]`` float64
+        A :class:`~witcert_calculus.meters.witness.LogitBound` of ``[*batch, *rows, S]`` float64
         bounds.
 
     Raises:
@@ -394,7 +394,7 @@ def _add_bounds(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- TV forms
-# Line by line the log-domain cores of witcert_calculus.tv_forms, without host syncs:
+# Line by line the log-domain cores of witcert_calculus.meters.tv_forms, without host syncs:
 # both branches are computed and selected per row.
 
 def _lse(logs: torch.Tensor) -> torch.Tensor:
@@ -444,7 +444,7 @@ def forms_from_logs(log_a: torch.Tensor, log_a_minus: torch.Tensor, cmax: torch.
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
     """The e-form ``(A^2 - 1)/2`` and the two-sided form ``sinh(log A - log A-)`` from
     ``log A`` and ``log A-``, rounded outward with the margin of
-    :func:`witcert_calculus.rounding.tv_margin` over ``tokens`` tokens.
+    :func:`witcert_calculus.numerics.rounding.tv_margin` over ``tokens`` tokens.
 
     Shared by :func:`tv_bounds_batch` and the fused decode meter
     (:mod:`witcert_kernels.triton_decode`), which hands in an upper bound of ``log A`` and a
@@ -465,7 +465,7 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
                     ) -> TVBatch[torch.Tensor]:
     """Every Tier-A bound on ``TV(p, p_tilde)`` from per-token logit bounds, in the log domain.
 
-    The torch version of :func:`witcert_calculus.tv_forms.tv_bounds_batch`: with
+    The torch version of :func:`witcert_calculus.meters.tv_forms.tv_bounds_batch`: with
     ``A = sum_t p~_t e^{c_t}`` and ``A- = sum_t p~_t e^{-c_t}``, the e-form
     ``(A^2 - 1) / 2``, the two-sided form ``sinh(log A - log A-)``, the retention form,
     the meter ``min`` of the first two and ``tanh(max c)``, each rounded outward with the
@@ -475,10 +475,10 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
         p_tilde: ``[..., S]`` compressed attention (rows summing to 1; renormalised here
             in float64 so float32 rounding of the row sum does not bias the bound).
         c: ``[..., S]`` nonnegative logit bounds (``inf`` allowed): an established
-            :class:`~witcert_calculus.witness.LogitBound` (from :func:`logit_bound`,
+            :class:`~witcert_calculus.meters.witness.LogitBound` (from :func:`logit_bound`,
             ``witcert_kernels.dither.tier_b_logit_bound`` or their sums), whose premise holds
             by construction, or a plain tensor of the caller's, whose premise is the
-            assumption :data:`witcert_calculus.witness.CALLER_LOGIT_BOUND`.
+            assumption :data:`witcert_calculus.meters.witness.CALLER_LOGIT_BOUND`.
         check: validate the inputs here (two host synchronisations). A caller in a hot
             loop passes ``False``: the same checks are then computed on the device and
             read when ``basis.evidence(...)`` builds a reading's evidence (a bad input
@@ -488,11 +488,11 @@ def tv_bounds_batch(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.T
         visible: tokens each row attends to, broadcastable to ``[...]`` (e.g. ``[Q]``), or
             ``None``: rows with one visible token report 0 on every form (softmax over one
             token is 1; Lean ``WitCert.Meters.tv_single_token``), as in
-            :func:`witcert_calculus.tv_forms.tv_bounds_batch`, with its computed premise.
+            :func:`witcert_calculus.meters.tv_forms.tv_bounds_batch`, with its computed premise.
 
     Returns:
-        A :class:`~witcert_calculus.tv_forms.TVBatch` of ``[...]`` float64 tensors, with the
-        :class:`~witcert_calculus.tv_forms.TVBasis` of its readings.
+        A :class:`~witcert_calculus.meters.tv_forms.TVBatch` of ``[...]`` float64 tensors, with the
+        :class:`~witcert_calculus.meters.tv_forms.TVBasis` of its readings.
 
     Raises:
         ForgedBoundError: a ``LogitBound`` that no establishing function produced.
@@ -620,7 +620,7 @@ def tv_tanh_max_batch(c: LogitBound[torch.Tensor] | torch.Tensor
                       ) -> tuple[torch.Tensor, TVBasis]:
     """``TV <= tanh(max_t c_t)`` for every row, without the attention weights.
 
-    The torch twin of :func:`witcert_calculus.tv_forms.tv_tanh_max` (Lean
+    The torch twin of :func:`witcert_calculus.meters.tv_forms.tv_tanh_max` (Lean
     ``WitCert.Analytic.softmax_tv_tanh_sound``: the logit error's oscillation is at most
     ``2 max c``). Looser than the meter of :func:`tv_bounds_batch`, and much cheaper: it
     needs neither the keys nor ``p_tilde``. Tokens outside a row's support may carry

@@ -1,6 +1,6 @@
 """Page-in decisions for many rows at once: which blocks of exact entries each row needs.
 
-The torch twin of the repairing gate's block choice (:mod:`witcert_calculus.page_in` and
+The torch twin of the repairing gate's block choice (:mod:`witcert_calculus.meters.page_in` and
 :class:`witcert_adapters.repair.RepairCache`), batched over rows. For each row (a query of
 one head) over its visible tokens, with blocks of ``block_size`` consecutive tokens:
 
@@ -9,7 +9,7 @@ one head) over its visible tokens, with blocks of ``block_size`` consecutive tok
   ``j`` lowers ``A = sum_j mass_j e^{u_j}`` by exactly ``mass_j (e^{u_j} - 1)`` (Lean
   ``WitCert.Meters.page_in_decrease``); the plan takes blocks by decreasing decrease until
   the e-form ``(A^2 - 1)/2`` reaches the threshold: the fewest blocks
-  (:func:`witcert_calculus.page_in.page_in_order`, the same order and count). When the plan
+  (:func:`witcert_calculus.meters.page_in.page_in_order`, the same order and count). When the plan
   needs none but the row is still above the threshold (the meter's outward margins), it takes
   the one block of largest decrease;
 - **risk-ranked** (otherwise): blocks by decreasing raw risk ``log sum_{t in j, unpaged}
@@ -32,7 +32,7 @@ from typing import final
 
 import torch
 
-from witcert_calculus.validation import positive_int, real
+from witcert_calculus.numerics.validation import positive_int, real
 
 __all__ = ["PageInBatch", "page_in_batch"]
 

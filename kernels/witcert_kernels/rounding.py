@@ -1,8 +1,8 @@
-"""Torch twin of the outward-rounding rule of :mod:`witcert_calculus.rounding`.
+"""Torch twin of the outward-rounding rule of :mod:`witcert_calculus.numerics.rounding`.
 
 The rule, its exceptions and every formula's margins are stated once, in
-:mod:`witcert_calculus.rounding`; this module applies ``next_up(y (1 + gamma) + alpha)``
-to float64 tensors exactly as :func:`witcert_calculus.rounding.outward` does to arrays,
+:mod:`witcert_calculus.numerics.rounding`; this module applies ``next_up(y (1 + gamma) + alpha)``
+to float64 tensors exactly as :func:`witcert_calculus.numerics.rounding.outward` does to arrays,
 so that the torch meters are outward with the very same margins.
 
 Main declarations:
@@ -25,7 +25,7 @@ def outward(value: torch.Tensor, *, gamma: torch.Tensor | float, alpha: torch.Te
     Args:
         value: the float64 evaluation of a bound.
         gamma: relative margin (scalar or broadcast tensor), from a margin function of
-            :mod:`witcert_calculus.rounding`.
+            :mod:`witcert_calculus.numerics.rounding`.
         alpha: absolute margin (scalar or broadcast tensor).
         exact: boolean tensor of entries whose value is exactly right (kept as they are).
 
@@ -47,7 +47,7 @@ def outward(value: torch.Tensor, *, gamma: torch.Tensor | float, alpha: torch.Te
 
 
 def add_up(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a + b`` rounded upward, as :func:`witcert_calculus.rounding.add_up` does on arrays.
+    """``a + b`` rounded upward, as :func:`witcert_calculus.numerics.rounding.add_up` does on arrays.
 
     Example:
         >>> add_up(torch.tensor([1.0], dtype=torch.float64),

@@ -1,6 +1,6 @@
 """Triton kernels of the dithered INT8 key store: the write and the read, keyed by slot.
 
-The store of :func:`witcert_calculus.dither.dither_quantize` (the numpy reference) and of its
+The store of :func:`witcert_calculus.meters.dither.dither_quantize` (the numpy reference) and of its
 torch port :func:`witcert_kernels.dither.dither_quantize`, as it lives in an engine's paged
 KV pool: rows are *slots* of the pool, and the dither of a row is a pure function of
 ``(seed, layer, kv head, slot, channel)`` (Philox-4x32-10, key words ``(seed mod 2^32,
@@ -44,9 +44,15 @@ import torch
 import triton
 import triton.language as tl
 
-from witcert_calculus.dither import GRID_BITS, GRID_STEP, PHILOX_MULTIPLIERS, PHILOX_WEYL, QMAX
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.validation import positive_int, uint
+from witcert_calculus.meters.dither import (
+    GRID_BITS,
+    GRID_STEP,
+    PHILOX_MULTIPLIERS,
+    PHILOX_WEYL,
+    QMAX,
+)
+from witcert_calculus.numerics.validation import positive_int, uint
 from witcert_kernels.dither import _channel_index
 from witcert_kernels.triton_launch import check_device, pow2
 

@@ -9,7 +9,7 @@ exactly what :func:`witcert_kernels.meter.band_norms` of the residual followed b
 :func:`witcert_kernels.meter.round_up_f32` computes: in float64, the residual
 ``k_hat - k`` (exact for float32 or narrower inputs), each band's norm after scaling by the
 row's largest entry, the outward rule ``next_up(y (1 + gamma) + alpha amax + TINY)`` with
-the margins of :func:`witcert_calculus.rounding.band_norm_margin` (exactly 0 for an
+the margins of :func:`witcert_calculus.numerics.rounding.band_norm_margin` (exactly 0 for an
 all-zero band, non-finite values kept), then the float32 copy rounded upward. One program
 per row; no host synchronisation; the result stays on the device.
 
@@ -38,9 +38,9 @@ import triton
 import triton.language as tl
 
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.rounding import TINY, band_norm_margin
-from witcert_calculus.validation import positive_int
-from witcert_calculus.witness import RopeLayout, band_channels
+from witcert_calculus.meters.witness import RopeLayout, band_channels
+from witcert_calculus.numerics.rounding import TINY, band_norm_margin
+from witcert_calculus.numerics.validation import positive_int
 from witcert_kernels.triton_launch import check_device, pow2
 
 __all__ = ["witness_write"]

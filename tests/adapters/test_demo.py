@@ -57,7 +57,7 @@ def test_demo_reproduces_the_stored_report(tmp_path: Path) -> None:
     assert schemes["dither_int8"]["coverage_tier_b"] < point["coverage_tier_b"]
     # One entry trace per scheme; replayed at the threshold, it retains exactly the cells the
     # report counts as covered (the same decode-step cells, read back from disk).
-    from witcert_calculus.entry_trace import read_entry_trace, replay_entry_trace
+    from witcert_calculus.explore.entry_trace import read_entry_trace, replay_entry_trace
 
     for name, s in schemes.items():
         trace = read_entry_trace(tmp_path / "traces" / f"{name}.jsonl")

@@ -13,12 +13,14 @@ torch = pytest.importorskip("torch")
 from tiny_models import kimi_linear, qwen3_next, run_probe, tiny_model  # noqa: E402
 from witcert_adapters.architectures import spec_for  # noqa: E402
 from witcert_adapters.gate import run_gate  # noqa: E402
-from witcert_adapters.hf import AuditStep, LayerLog, Probe, ReadStep, WitnessCache, attach  # noqa: E402
+from witcert_adapters.hf import Probe, attach  # noqa: E402
+from witcert_adapters.layer_log import AuditStep, LayerLog, ReadStep  # noqa: E402
 from witcert_adapters.readings import coverage, dense_chain, layer_readings  # noqa: E402
+from witcert_adapters.witness_cache import WitnessCache  # noqa: E402
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
-from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND  # noqa: E402
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND  # noqa: E402
+from witcert_calculus.meters.tv_forms import TVBasis  # noqa: E402
 from witcert_calculus.tiers import Tier  # noqa: E402
-from witcert_calculus.tv_forms import TVBasis  # noqa: E402
 
 FAMILIES = ["llama", "qwen2", "deepseek_v2", "deepseek_v3"]
 
@@ -177,7 +179,7 @@ def test_gate_rejects_a_value_out_of_range(bad: float) -> None:
 
 def test_gate_rejects_an_unsound_meter() -> None:
     """Wiring the known-unsound dispersion shape in place of the meter must fail soundness."""
-    from witcert_calculus.dispersion import dispersion_bound_unsound
+    from witcert_calculus.meters.dispersion import dispersion_bound_unsound
 
     model = tiny_model("llama")
     with attach(model, scheme="kivi2_g32", audit=True) as probe:
@@ -297,13 +299,14 @@ def _same(a: Any, b: Any, where: str = "run") -> None:
 def _probed(build: Any, scheme: str, *, ledger: bool, batched: bool,
             monkeypatch: pytest.MonkeyPatch) -> Any:
     import witcert_adapters.hf as hf
+    import witcert_adapters.witness_cache as witness_cache
     from witcert_adapters.recurrent import RecurrentProbe
     from witcert_calculus import RiskLedger
 
     with monkeypatch.context() as m:
         if not batched:  # each call metered in its hook, each write noised and recorded alone
             m.setattr(hf, "_STASH_BUDGET", 0)
-            m.setattr(hf, "_WRITE_BUDGET", 0)
+            m.setattr(witness_cache, "_WRITE_BUDGET", 0)
         model = build()
         led = RiskLedger() if ledger else None
         rid = led.open_request(delta_req="1/100") if led is not None else 0

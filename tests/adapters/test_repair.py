@@ -18,7 +18,8 @@ torch = pytest.importorskip("torch")
 
 from tiny_models import tiny_model  # noqa: E402
 from witcert_adapters.architectures import spec_for  # noqa: E402
-from witcert_adapters.hf import Probe, WitnessCache  # noqa: E402
+from witcert_adapters.hf import Probe  # noqa: E402
+from witcert_adapters.witness_cache import WitnessCache  # noqa: E402
 from witcert_adapters.repair import (  # noqa: E402
     BackingStore,
     GateLabel,

@@ -71,8 +71,8 @@ def test_scheme_changing_shape_is_rejected() -> None:
 
 
 def test_dither_int8_is_reproducible_and_within_half_step() -> None:
-    from witcert_calculus.dither import DitherKey, dither_quantize
-    from witcert_calculus.witness import RopeLayout
+    from witcert_calculus.meters.dither import DitherKey, dither_quantize
+    from witcert_calculus.meters.witness import RopeLayout
 
     x = torch.randn(1, 2, 6, 64, generator=torch.Generator().manual_seed(5))
     ctx = WriteContext(request_id=7, layer=3, start=10, role="key")
@@ -86,7 +86,7 @@ def test_dither_int8_is_reproducible_and_within_half_step() -> None:
     other = get_scheme("dither_int8")(x, WriteContext(request_id=8, layer=3, start=10, role="key"))
     assert not torch.equal(y1, other)  # a different request draws a different stream
     # the torch store is the numpy reference's, bit for bit (then cast to the model dtype)
-    from witcert_calculus.dither import dither_dequantize
+    from witcert_calculus.meters.dither import dither_dequantize
 
     ref = torch.from_numpy(dither_dequantize(stored)).to(torch.float32)
     assert torch.equal(y1[0, 1], ref)

@@ -44,7 +44,7 @@ from witcert_adapters.sglang.config import SGLangConfig, load  # noqa: E402
 from witcert_adapters.vllm_plugin.verdicts import Accounts  # noqa: E402
 from witcert_calculus.errors import EngineMismatchError, InjectionError, \
     InvalidValueError  # noqa: E402
-from witcert_calculus.witness import RopeLayout  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_kernels.meter import logit_bound, tv_bounds_batch  # noqa: E402
 from witcert_kernels.triton_witness import witness_write  # noqa: E402
 

@@ -20,10 +20,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from witcert_adapters.demo.models import load_smollm2, smollm2_gguf_path  # noqa: E402
 from witcert_adapters.gate import run_gate  # noqa: E402
 from witcert_adapters.hf import attach  # noqa: E402
-from witcert_adapters.demo.models import load_smollm2, smollm2_gguf_path  # noqa: E402
-from witcert_calculus.budget import telescoping_spent  # noqa: E402
+from witcert_calculus.accounting.budget import telescoping_spent  # noqa: E402
 from witcert_calculus.ledger import RiskLedger  # noqa: E402
 
 PROMPTS = ("The capital of France is", "def fibonacci(n):", "Water boils at a temperature of")

@@ -17,14 +17,14 @@ from witcert_adapters.gate import run_gate  # noqa: E402
 from witcert_adapters.hf import Probe, attach  # noqa: E402
 from witcert_adapters.readings import admit_readings, layer_readings  # noqa: E402
 from witcert_adapters.recurrent import RecurrentProbe, run_recurrent_gate  # noqa: E402
-from witcert_calculus import dither as ref  # noqa: E402
-from witcert_calculus import tv_forms as meters  # noqa: E402
-from witcert_calculus.budget import telescoping_delta, telescoping_spent  # noqa: E402
+from witcert_calculus.accounting.budget import telescoping_delta, telescoping_spent  # noqa: E402
+from witcert_calculus.accounting.records import EventKind  # noqa: E402
 from witcert_calculus.errors import UnknownRequestError  # noqa: E402
 from witcert_calculus.ledger import RiskLedger  # noqa: E402
-from witcert_calculus.records import EventKind  # noqa: E402
+from witcert_calculus.meters import dither as ref  # noqa: E402
+from witcert_calculus.meters import tv_forms as meters  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_calculus.tiers import Tier  # noqa: E402
-from witcert_calculus.witness import RopeLayout  # noqa: E402
 
 
 def _ids(seed: int = 0, n: int = 6) -> Any:
@@ -70,7 +70,7 @@ def test_tier_b_spends_the_telescoping_budget_and_passes_the_gate(family: str) -
 
 @pytest.mark.parametrize(("scheme", "pairs"), [("dither_int8", 0), ("dither_int8_g16_m4", 4)])
 def test_tier_b_cell_matches_the_numpy_reference_certificate(scheme: str, pairs: int) -> None:
-    """The live Tier-B cell equals witcert_calculus.dither's bound and meter on the same
+    """The live Tier-B cell equals witcert_calculus.meters.dither's bound and meter on the same
     stored keys (numpy quantizer, with the outlier pairs the cache fixed on its prefill), query
     and delta_loc, up to the deterministic term of what the cache holds (float32 rounding of
     the reconstruction, float16 outlier values)."""
@@ -212,7 +212,7 @@ def test_a_failed_device_check_in_any_layer_refuses_the_tier_b_event(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The checks of every layer are read in one sync per forward; a negative cast witness
     # (which would lower the radius) must refuse the event, not slip past unread.
-    from witcert_adapters.hf import LayerLog
+    from witcert_adapters.layer_log import LayerLog
     from witcert_calculus.errors import PremiseError
     honest = LayerLog.dither_cast.fget
     assert honest is not None

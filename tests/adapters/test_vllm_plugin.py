@@ -31,10 +31,10 @@ from witcert_adapters.vllm_plugin.verdicts import Accounts, external_id
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError, StaleReadError, \
     UnwrittenSlotError
-from witcert_calculus.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.tv_forms import tv_meter, tv_tanh_max
-from witcert_calculus.formats import Fp8Format
-from witcert_calculus.witness import RopeLayout, band_witness, logit_bound
+from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.meters.formats import Fp8Format
+from witcert_calculus.meters.tv_forms import tv_meter, tv_tanh_max
+from witcert_calculus.meters.witness import RopeLayout, band_witness, logit_bound
 
 BS = 16  # block size
 KVH, G, D, B = 2, 2, 16, 4
@@ -214,7 +214,7 @@ def test_meter_equals_the_librarys_per_row_meter_and_is_sound() -> None:
 def test_a_row_that_sees_one_token_meters_zero() -> None:
     """A request's first prompt token attends to itself alone: TV is exactly 0 whatever its
     witness (Lean WitCert.Meters.tv_single_token), and the other rows keep their meter."""
-    from witcert_calculus.theorems import TV_SINGLE_TOKEN
+    from witcert_calculus.lean.theorems import TV_SINGLE_TOKEN
     from witcert_calculus.tiers import theorems_of
 
     eng = _Engine(CacheFormat.FP8_E4M3)

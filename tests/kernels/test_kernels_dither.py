@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from witcert_calculus import dither as ref  # noqa: E402
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
-from witcert_calculus.witness import RopeLayout  # noqa: E402
+from witcert_calculus.meters import dither as ref  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_kernels.dither import dither_noise, dither_noise_layers, dither_quantize, \
     exact_channels, philox4x32, select_outlier_pairs  # noqa: E402
 
@@ -185,7 +185,7 @@ def test_scale_overflow_and_bad_arguments_raise_typed_errors() -> None:
        magnitude=st.sampled_from([1e-3, 1.0, 300.0]), delta=st.sampled_from([1e-9, 1e-3, 0.2]))
 def test_tier_b_logit_bound_matches_the_numpy_reference(seed: int, block: int, magnitude: float,
                                                          delta: float) -> None:
-    """The torch Tier-B bound (no cast term) equals witcert_calculus.dither.tier_b_logit_bound
+    """The torch Tier-B bound (no cast term) equals witcert_calculus.meters.dither.tier_b_logit_bound
     on the same stored keys, query rows, union-bound size and delta_loc."""
     from witcert_kernels.dither import tier_b_logit_bound
 
@@ -251,10 +251,10 @@ def test_the_torch_tier_b_bound_carries_its_event_and_its_assumptions() -> None:
     from fractions import Fraction
 
     from witcert_calculus import AtConsume, AttentionTV, Reading
-    from witcert_calculus.dither import NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM
-    from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+    from witcert_calculus.meters.dither import NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM
+    from witcert_calculus.meters.witness import is_established
     from witcert_calculus.tiers import Tier
-    from witcert_calculus.witness import is_established
     from witcert_kernels.dither import STORED_ENCODING, tier_b_logit_bound
     from witcert_kernels.meter import band_norms, logit_bound, tv_bounds_batch
 

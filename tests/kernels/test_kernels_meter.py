@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from witcert_calculus import tv_forms, witness  # noqa: E402
-from witcert_calculus.witness import RopeLayout  # noqa: E402
+from witcert_calculus.meters import tv_forms  # noqa: E402
+from witcert_calculus.meters import witness  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_kernels.meter import (  # noqa: E402
     band_norms,
     logit_bound,
@@ -104,7 +105,7 @@ def test_logit_bound_dominates_true_logit_error() -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_outward_rule_is_bit_identical(seed: int) -> None:
-    from witcert_calculus.rounding import outward as np_outward
+    from witcert_calculus.numerics.rounding import outward as np_outward
     from witcert_kernels.rounding import outward as torch_outward
 
     rng = np.random.default_rng(seed)
@@ -168,7 +169,7 @@ def test_output_error_bound_matches_numpy_and_bounds_the_exact_value(
         rows: int, tokens: int, seed: int) -> None:
     from fractions import Fraction
 
-    from witcert_calculus.output_bound import output_error_bound as ref
+    from witcert_calculus.meters.output_bound import output_error_bound as ref
     from witcert_kernels.meter import output_error_bound
     rng = np.random.default_rng(seed)
     p = rng.dirichlet(np.ones(tokens), size=rows)
@@ -214,8 +215,8 @@ def _tier_a(layout: RopeLayout = RopeLayout.HALF_SPLIT, seed: int = 6
 
 
 def test_the_torch_logit_bound_is_established_from_the_query() -> None:
+    from witcert_calculus.meters.witness import LogitBound, is_established
     from witcert_calculus.tiers import Tier, decide_tier
-    from witcert_calculus.witness import LogitBound, is_established
 
     for layout in (RopeLayout.HALF_SPLIT, RopeLayout.INTERLEAVED):
         q, r, w = _tier_a(layout)
@@ -236,9 +237,9 @@ def test_the_torch_logit_bound_is_established_from_the_query() -> None:
 
 def test_band_norms_from_the_caller_give_a_plain_tensor_that_is_assumed() -> None:
     from witcert_calculus import AtConsume, AttentionTV, Reading
-    from witcert_calculus.theorems import TV_EFORM_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+    from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND, LogitBound
     from witcert_calculus.tiers import Tier
-    from witcert_calculus.witness import CALLER_LOGIT_BOUND, LogitBound
 
     q, _, w = _tier_a()
     c = logit_bound(band_norms(q, bands=4, layout=RopeLayout.HALF_SPLIT), w, scale=0.25)
@@ -252,9 +253,9 @@ def test_band_norms_from_the_caller_give_a_plain_tensor_that_is_assumed() -> Non
 
 def test_torch_tv_readings_are_certified_by_construction() -> None:
     from witcert_calculus import AtConsume, AttentionTV, Reading
-    from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+    from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND
     from witcert_calculus.tiers import Tier
-    from witcert_calculus.witness import CALLER_LOGIT_BOUND
 
     q, _, w = _tier_a()
     c = logit_bound(q, w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
@@ -278,7 +279,7 @@ def test_unchecked_inputs_are_checked_when_the_evidence_is_built() -> None:
     """check=False defers the premises (no host sync in the hot loop); a bad input then
     refuses the evidence instead of certifying it."""
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.theorems import TV_EFORM_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
 
     q, _, w = _tier_a()
     c = logit_bound(q, w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
@@ -296,7 +297,7 @@ def test_unchecked_inputs_are_checked_when_the_evidence_is_built() -> None:
 
 
 def test_torch_bounds_add_outward_and_a_plain_tensor_drops_the_provenance() -> None:
-    from witcert_calculus.witness import LogitBound, is_established
+    from witcert_calculus.meters.witness import LogitBound, is_established
 
     q, _, w = _tier_a()
     c1 = logit_bound(q, w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
@@ -317,7 +318,7 @@ def test_torch_bounds_add_outward_and_a_plain_tensor_drops_the_provenance() -> N
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_add_up_is_bit_identical(seed: int) -> None:
-    from witcert_calculus.rounding import add_up as np_add_up
+    from witcert_calculus.numerics.rounding import add_up as np_add_up
     from witcert_kernels.rounding import add_up as torch_add_up
 
     rng = np.random.default_rng(seed)
@@ -332,7 +333,7 @@ def test_add_up_is_bit_identical(seed: int) -> None:
 def test_tanh_max_alone_equals_the_batch_form_and_numpy_and_is_certified() -> None:
     from witcert_calculus import AtConsume, AttentionTV, Reading
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.theorems import SOFTMAX_TV_TANH_SOUND
+    from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_SOUND
     from witcert_calculus.tiers import Tier
 
     q, _, w = _tier_a()
@@ -359,7 +360,7 @@ def test_single_visible_token_rows_report_zero_in_both_twins_and_cite_the_lemma(
     WitCert.Meters.tv_single_token, and a row marked single whose p_tilde spreads over two
     tokens refuses the evidence."""
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.theorems import TV_EFORM_SOUND, TV_SINGLE_TOKEN, TV_TWO_SIDED_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_SINGLE_TOKEN, TV_TWO_SIDED_SOUND
     from witcert_calculus.tiers import theorems_of
 
     rng = np.random.default_rng(3)

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
-from witcert_calculus.witness import RopeLayout  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_kernels.meter import logit_bound, tv_bounds_batch  # noqa: E402
 from witcert_kernels.triton_decode import fused_decode  # noqa: E402
 from witcert_kernels.triton_witness import witness_write  # noqa: E402
@@ -201,7 +201,7 @@ def test_the_kernels_bounds_become_readings_with_computed_premises() -> None:
     negative witness (a broken store) refuses the evidence instead of certifying."""
     from witcert_calculus import AtConsume, AttentionTV, Reading, Tier
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.theorems import LOGIT_BOUND_SOUND, TV_EFORM_SOUND
+    from witcert_calculus.lean.theorems import LOGIT_BOUND_SOUND, TV_EFORM_SOUND
     from witcert_calculus.tiers import theorems_of
 
     c = Paged([40, 17], kv_heads=2, d=32, page=16, seed=4)

@@ -21,9 +21,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from witcert_calculus.errors import InvalidValueError, PremiseError  # noqa: E402
-from witcert_calculus.theorems import TV_EFORM_SOUND  # noqa: E402
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_calculus.tiers import Tier, assumptions_of  # noqa: E402
-from witcert_calculus.witness import RopeLayout  # noqa: E402
 from witcert_kernels.dither import STORED_ENCODING, dither_quantize, exact_channels, \
     select_outlier_pairs, tier_b_logit_bound  # noqa: E402
 from witcert_kernels.meter import l2_norm_upper, logit_bound, tv_bounds_batch  # noqa: E402
@@ -460,7 +460,7 @@ def test_the_launch_paths_do_no_host_read(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_tier_b_readings_are_partially_certified_on_their_assumptions() -> None:
     from witcert_calculus import AtConsume, AttentionTV, Reading
-    from witcert_calculus.dither import NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM
+    from witcert_calculus.meters.dither import NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM
 
     c = Store([26, 11], kv_heads=1, page=1, seed=12, dtype=torch.float32)
     q = torch.randn(2, 2, D, generator=torch.Generator().manual_seed(3))

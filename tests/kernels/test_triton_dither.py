@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from witcert_calculus import dither as ref  # noqa: E402
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
-from witcert_calculus.witness import RopeLayout  # noqa: E402
+from witcert_calculus.meters import dither as ref  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_kernels.dither import (  # noqa: E402
     dither_noise,
     dither_quantize,

@@ -12,7 +12,7 @@ pytest.importorskip("triton")
 from test_kernels_meter import _rope  # noqa: E402
 from witcert_adapters.schemes import EntryRole, WriteContext, get_scheme  # noqa: E402
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
-from witcert_calculus.witness import RopeLayout, band_channels  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout, band_channels  # noqa: E402
 from witcert_kernels.meter import band_norms, round_up_f32  # noqa: E402
 from witcert_kernels.triton_witness import witness_write  # noqa: E402
 

@@ -2,8 +2,8 @@
 
 For each scheme, every item of a fixed retrieval battery is run three ways through the
 Hugging Face cache: uncompressed (a plain :class:`~transformers.DynamicCache`), raw (a
-:class:`~witcert_adapters.hf.WitnessCache` that compresses every write, no repair) and gated
-(a :class:`~witcert_adapters.repair.RepairCache` that compresses every write and pages in
+:class:`~witcert_adapters.witness_cache.WitnessCache` that compresses every write, no repair) and
+gated (a :class:`~witcert_adapters.repair.RepairCache` that compresses every write and pages in
 exact blocks whenever a (layer, query head) meter exceeds the threshold; see
 :mod:`witcert_adapters.repair`).
 
@@ -54,11 +54,11 @@ from witcert_adapters.demo.measure import kl_top1
 from witcert_adapters.demo.models import load_smollm2
 from witcert_adapters.demo.report import Json
 from witcert_adapters.demo.settings import MODEL_NAME
-from witcert_adapters.hf import WitnessCache
 from witcert_adapters.repair import GateLabel, RepairPolicy, RepairSummary, attach_repair
 from witcert_adapters.schemes import get_scheme
+from witcert_adapters.witness_cache import WitnessCache
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.validation import positive_int
+from witcert_calculus.numerics.validation import positive_int
 
 __all__ = ["Quality", "REPAIR_SCHEMES", "RetrievalItem", "retrieval_battery", "run_repair"]
 

@@ -1,7 +1,7 @@
 """One request: a reference replayed through the compressed cache, metered, gated, admitted.
 
 The prompt is prefilled and the continuation teacher-forced one token at a time through
-the probe's :class:`~witcert_adapters.hf.WitnessCache`, with the audit on and every
+the probe's :class:`~witcert_adapters.witness_cache.WitnessCache`, with the audit on and every
 forward call of a dithered scheme admitted as a Tier-B event. The run then passes the
 acceptance gate, its worst-cell readings (with each layer's coarse dense chain) are
 admitted into the request's ledger account, and the account is closed.
@@ -21,7 +21,8 @@ import torch
 from witcert_adapters.demo.measure import kl_top1
 from witcert_adapters.demo.reference import Reference
 from witcert_adapters.gate import GateVerdict, run_gate
-from witcert_adapters.hf import LiveRun, attach
+from witcert_adapters.hf import attach
+from witcert_adapters.live_run import LiveRun
 from witcert_adapters.readings import (
     DenseChain,
     LayerReading,

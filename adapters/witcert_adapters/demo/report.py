@@ -22,7 +22,7 @@ from witcert_adapters.demo.replay import RequestResult
 from witcert_adapters.demo.settings import DELTA_REQ, MODEL_NAME, MODEL_TITLE, OPERATING_POINT, \
     DemoSettings
 from witcert_adapters.demo.tally import SchemeRow
-from witcert_adapters.hf import LiveRun
+from witcert_adapters.live_run import LiveRun
 from witcert_adapters.readings import coverage
 from witcert_calculus import block_summary, page_in_order
 

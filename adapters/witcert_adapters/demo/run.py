@@ -48,7 +48,7 @@ from witcert_adapters.demo.settings import (
 from witcert_adapters.demo.tally import SchemeRow, SchemeTally
 from witcert_adapters.records import FloatArray
 from witcert_calculus import Aggregate, InvalidValueError, RiskLedger
-from witcert_calculus.entry_trace import write_entry_trace
+from witcert_calculus.explore.entry_trace import write_entry_trace
 
 __all__ = ["SchemeReport", "measure_scheme", "run_demo"]
 
@@ -65,7 +65,7 @@ class SchemeReport:
         requests: the JSON entry of every request, in order.
         trace: per decode step of every request, the reported Tier-A meter of each
             (layer, head) cell, with its ``(request, step)`` label (an entry trace,
-            :mod:`witcert_calculus.entry_trace`).
+            :mod:`witcert_calculus.explore.entry_trace`).
     """
 
     row: SchemeRow

@@ -15,7 +15,7 @@ from typing import Final, final
 from witcert_adapters.architectures import DENSE_BANDS
 from witcert_adapters.schemes import get_scheme
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.validation import positive_int, real
+from witcert_calculus.numerics.validation import positive_int, real
 
 __all__ = ["BANDS", "CONTINUATION", "DELTA_REQ", "DEMO_SCHEMES", "MODEL_NAME", "MODEL_TITLE",
            "OPERATING_POINT", "PROMPTS", "THRESHOLD", "DemoSettings"]

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.validation import positive_int
-from witcert_calculus.witness import RopeLayout
+from witcert_calculus.meters.witness import RopeLayout
+from witcert_calculus.numerics.validation import positive_int
 
 __all__ = ["CONFIG", "ENV", "SGLangConfig", "load"]
 

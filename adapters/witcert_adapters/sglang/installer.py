@@ -29,7 +29,7 @@ with its hit count (a changed upstream fails naming the anchor, before any byte 
 :func:`install` refuses an engine configuration the method does not survive: the radix
 (prefix) cache shares written slots across requests and reuses freed slots, so a witness is
 only valid for the generation of the slot it was written at; without generation checks
-(:mod:`witcert_calculus.slots`) a read could meet a witness of an older occupant.
+(:mod:`witcert_calculus.accounting.slots`) a read could meet a witness of an older occupant.
 
 Main declarations
 -----------------
@@ -295,7 +295,7 @@ def install(*, radix_cache: bool, generation_checks: bool, root: Path | None = N
         radix_cache: whether the engine runs its radix (prefix) cache (SGLang's default;
             ``--disable-radix-cache`` turns it off).
         generation_checks: whether slot reads are checked against the generation they were
-            written at (:mod:`witcert_calculus.slots`).
+            written at (:mod:`witcert_calculus.accounting.slots`).
         root: the ``sglang`` package folder (default: the installed one).
 
     Raises:

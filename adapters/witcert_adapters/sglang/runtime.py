@@ -46,10 +46,10 @@ from witcert_adapters.vllm_plugin.meter import SUMMARY
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.metrics import AtConsume, AttentionTV
-from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_kernels.meter import band_norms
-from witcert_kernels.triton_decode import TierMeter
+from witcert_kernels.triton_decode_merge import TierMeter
 from witcert_kernels.triton_launch import pow2
 from witcert_kernels.triton_witness import witness_write
 

@@ -11,7 +11,7 @@ log-sum-exp. These keep the same accumulators as
 log-sum-exps of ``s``, ``s + c`` and ``s - c``, ``c_t`` from the stored witnesses and the
 query's band norms rounded outward, the largest ``|s|`` and ``c``, flags for infinite and NaN
 bounds, the smallest witness), one row per query head. The log-sum-exp step, the meter's
-step and the outward rounding are :mod:`witcert_kernels.triton_decode`'s own Triton
+step and the outward rounding are :mod:`witcert_kernels.triton_decode_kernel`'s own Triton
 functions, and the float64 constants (scale, margins) reach the kernel in a float64 tensor.
 
 SGLang's extend kernel ``_fwd_kernel`` calls the same functions with one row per query
@@ -20,8 +20,8 @@ chunk loop, whose keys are the chunk's own, unrounded: ``c = 0``), one split per
 
 The split partials (the fused decode kernel's column layout) merge on the host with the
 fused decode's own Tier-A merge (log-sum-exp weights, exactly as the output's partials merge
-in SGLang's stage 2, its margin, :func:`witcert_kernels.meter.forms_from_logs`). The margin analysis of
-:mod:`witcert_kernels.triton_decode` applies unchanged: the token count is bounded by the
+in SGLang's stage 2, its margin, :func:`witcert_kernels.meter.forms_from_logs`). The margin analysis
+of :mod:`witcert_kernels.triton_decode` applies unchanged: the token count is bounded by the
 number of slots of the pool (no host synchronisation).
 
 Main declarations
@@ -46,14 +46,11 @@ import torch
 import triton
 import triton.language as tl
 
-from witcert_calculus.rounding import logit_margin
+from witcert_calculus.numerics.rounding import logit_margin
 # the fused decode kernel's own pieces (one formula, one margin analysis)
-from witcert_kernels.triton_decode import _constants  # pyright: ignore[reportPrivateUsage]
-from witcert_kernels.triton_decode import _lse_step  # pyright: ignore[reportPrivateUsage]
-from witcert_kernels.triton_decode import _meter_step  # pyright: ignore[reportPrivateUsage]
-from witcert_kernels.triton_decode import _outward  # pyright: ignore[reportPrivateUsage]
-from witcert_kernels.triton_decode import TierMeter
-from witcert_kernels.triton_decode import _tier_a_meter  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.triton_decode_kernel import lse_step, meter_step, outward
+from witcert_kernels.triton_decode_launch import device_constants
+from witcert_kernels.triton_decode_merge import TierMeter, tier_a_meter
 
 __all__ = ["FIELDS", "bounds_from_partials", "empty_partials", "meter_block",
            "meter_constants", "meter_exact", "meter_init", "meter_store"]
@@ -97,7 +94,7 @@ def meter_block(qn: Any, mx0: Any, a0: Any, mx1: Any, a1: Any, mx2: Any, a2: Any
     q_top: Any = tl.max(qn, axis=1)
     w_top: Any = tl.max(w, axis=1)
     exact = (q_top[:, None] == 0.0) | (w_top[None, :] == 0.0)
-    c = tl.where(exact, 0.0, _outward(y, c_gamma, c_alpha, exact))
+    c = tl.where(exact, 0.0, outward(y, c_gamma, c_alpha, exact))
     mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, bad = _accumulate(
         mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, bad, s.to(tl.float64), c, valid)
     wv: Any = tl.min(tl.where(wmask, w, float("inf")), axis=1)  # [N]
@@ -114,8 +111,8 @@ def _accumulate(mx0: Any, a0: Any, mx1: Any, a1: Any, mx2: Any, a2: Any, s_abs: 
     # the kernels' reductions run over axis 0: tokens first, [N, R]
     vt = tl.trans(valid)
     st = tl.trans(s64)
-    mx0, a0 = _lse_step(mx0, a0, st, vt)
-    mx1, a1, mx2, a2, c_max, c_inf, bad = _meter_step(mx1, a1, mx2, a2, c_max, c_inf, bad, st,
+    mx0, a0 = lse_step(mx0, a0, st, vt)
+    mx1, a1, mx2, a2, c_max, c_inf, bad = meter_step(mx1, a1, mx2, a2, c_max, c_inf, bad, st,
                                                       tl.trans(c), vt)
     s_abs = tl.maximum(s_abs, tl.max(tl.where(valid, tl.abs(s64), 0.0), axis=1))
     return (mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, bad)
@@ -135,9 +132,9 @@ def meter_exact(qn: Any, mx0: Any, a0: Any, mx1: Any, a1: Any, mx2: Any, a2: Any
 
 def meter_constants(scale: float, bands: int, *, device: torch.device) -> torch.Tensor:
     """The float64 constants :func:`meter_block` reads: the scale and the logit bound's margin
-    (:func:`witcert_calculus.rounding.logit_margin`), made once per value set and device."""
+    (:func:`witcert_calculus.numerics.rounding.logit_margin`), made once per value set and device."""
     m = logit_margin(bands, scale=scale)
-    return _constants((float(scale), m.gamma, m.alpha), device)
+    return device_constants((float(scale), m.gamma, m.alpha), device)
 
 
 @triton.jit
@@ -185,10 +182,10 @@ def bounds_from_partials(partials: torch.Tensor, query_bands: torch.Tensor,
         tokens: an upper bound of every ``seq_lens`` entry (the margin's token count).
 
     Returns:
-        The launch's :class:`~witcert_kernels.triton_decode.TierMeter` (the fused decode's
+        The launch's :class:`~witcert_kernels.triton_decode_merge.TierMeter` (the fused decode's
         own type: one certificate type for every kernel).
     """
     bands = int(query_bands.shape[-1])
-    tier, _ = _tier_a_meter(partials, tokens=tokens, seq_lens=seq_lens,
+    tier, _ = tier_a_meter(partials, tokens=tokens, seq_lens=seq_lens,
                             query_bands=query_bands, scale=float(scale), bands=bands)
     return tier

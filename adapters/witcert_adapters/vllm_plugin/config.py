@@ -17,7 +17,7 @@ items; ``store`` is required::
 - ``bands``: band witnesses per key (default 0); each costs 4 bytes per token per kv head
   in the side buffer. ``0`` keeps none: the format witness alone bounds the keys.
 - ``format``: ``1`` (default) bounds an fp8 cache's keys by the *format witness* each
-  stored byte carries (:mod:`witcert_calculus.formats`; no stored byte), taking per
+  stored byte carries (:mod:`witcert_calculus.meters.formats`; no stored byte), taking per
   token the smaller of it and the band bound; ``0`` uses the band witnesses alone (then
   ``bands`` must be at least 1). A model-dtype cache stores keys exactly and needs neither.
 - ``repair``: ``1`` turns on the gate that repairs (:mod:`.repair`): an exact backing store
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Final, final
 
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.validation import nonneg_int, open_level, unit_rational
+from witcert_calculus.numerics.validation import nonneg_int, open_level, unit_rational
 
 __all__ = ["ENV_VAR", "FORMS", "PluginConfig", "active", "from_environ"]
 

@@ -54,9 +54,9 @@ from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError, WitcertError
-from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.tv_forms import TVBasis
-from witcert_calculus.witness import RopeLayout
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.meters.tv_forms import TVBasis
+from witcert_calculus.meters.witness import RopeLayout
 from witcert_kernels.meter import format_witness
 
 import vllm

@@ -6,13 +6,13 @@ layer's cells in a few batched tensor operations (no host loop over tokens):
 1. write side: the band witness of each written slot is the band norm of the residual
    between the incoming key and the key as the cache holds it (:func:`write_witnesses`);
    an fp8 cache's bytes also carry their own per-channel *format witness*
-   (:mod:`witcert_calculus.formats`), which costs no stored byte;
+   (:mod:`witcert_calculus.meters.formats`), which costs no stored byte;
 2. read side, per layer (:func:`meter_layer`): for every row, over its request's visible
    tokens (block table -> slots, causal within a prefill chunk), the Tier-A logit bound
    ``c_t``: the band bound ``scale * sum_b ||q_b|| w_{t,b}``, the format bound
    ``scale * sum_c |q_c| w_{t,c}``, or per token the smaller of the two (each an
-   established :class:`~witcert_calculus.witness.LogitBound`, their minimum by
-   :func:`~witcert_calculus.witness.tighter`); the compressed attention ``p~`` recomputed
+   established :class:`~witcert_calculus.meters.witness.LogitBound`, their minimum by
+   :func:`~witcert_calculus.meters.witness.tighter`); the compressed attention ``p~`` recomputed
    from the stored keys in float64; and the TV meter ``min(e-form, two-sided)`` of
    :func:`witcert_kernels.meter.tv_meter_batch` (or, in the cheap form, ``tanh(max c)`` of
    :func:`witcert_kernels.meter.tv_tanh_max_batch`, which needs neither keys nor ``p~``);
@@ -42,9 +42,9 @@ import torch
 
 from witcert_adapters.vllm_plugin.paged import StepLayout
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.tv_forms import TVBasis
-from witcert_calculus.witness import LogitBound, RopeLayout, tighter
+from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.meters.tv_forms import TVBasis
+from witcert_calculus.meters.witness import LogitBound, RopeLayout, tighter
 from witcert_kernels.meter import band_norms, format_logit_bound, logit_bound, round_up_f32, \
     tv_meter_batch, tv_tanh_max_batch
 

@@ -37,7 +37,7 @@ import torch
 
 from witcert_adapters.vllm_plugin.quantizer import float32_scale
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError
-from witcert_calculus.formats import Fp8Format
+from witcert_calculus.meters.formats import Fp8Format
 
 __all__ = ["CacheFormat", "CacheLayout", "StepLayout", "cache_format", "cache_layout",
            "dequantize", "layer_index", "step_requests", "stored_elements", "stored_keys",

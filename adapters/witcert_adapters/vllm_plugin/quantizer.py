@@ -18,7 +18,7 @@ The engine reads a byte back as ``value(code) * scale``; the plugin dequantizes 
 float32 scale the writer used, ``value(code) * float32(scale)``, exactly, in float64.
 
 Because the rule is known, each byte bounds its own residual
-(:mod:`witcert_calculus.formats`, :attr:`~witcert_calculus.formats.Rounding.
+(:mod:`witcert_calculus.meters.formats`, :attr:`~witcert_calculus.meters.formats.Rounding.
 TRUNCATE`). That bound is only as good as the model: :func:`check_bytes` compares the bytes
 the engine stored with the model's bytes exactly, on every write, and names the first byte
 that differs.
@@ -38,7 +38,7 @@ from typing import Final
 import torch
 
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError
-from witcert_calculus.formats import Fp8Format, Rounding
+from witcert_calculus.meters.formats import Fp8Format, Rounding
 
 __all__ = ["ROUNDING", "check_bytes", "engine_codes", "float32_scale"]
 

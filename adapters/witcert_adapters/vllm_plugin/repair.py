@@ -47,7 +47,7 @@ from witcert_adapters.repair import RepairPolicy
 from witcert_adapters.vllm_plugin.meter import GroupCells, KeySide, LayerMeter, RowGroup
 from witcert_adapters.vllm_plugin.paged import StepLayout
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses
-from witcert_calculus.tv_forms import TVBasis
+from witcert_calculus.meters.tv_forms import TVBasis
 from witcert_kernels.page_in import page_in_batch
 
 __all__ = ["Gate", "LayerRepair"]

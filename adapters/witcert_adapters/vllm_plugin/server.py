@@ -9,7 +9,7 @@ Loaded by vLLM's ``vllm.endpoint_plugins`` mechanism in the API server process:
   [...]}``; 404 until the engine has written one (one engine step after the request
   finished). ``GET /witcert/verdicts`` lists all.
 - metrics through prometheus_client, in the registry vLLM's ``/metrics`` serves (the
-  families are built by :mod:`witcert_calculus.prometheus`, which also defines the
+  families are built by :mod:`witcert_calculus.export.prometheus`, which also defines the
   ledger's and the meters' families): per
   ``(kv_cache_dtype, tier)`` counters of requests and cells, covered, saturated, audited
   and violating cells, and the coverage ratio and threshold. Labels are low-cardinality
@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from witcert_adapters.vllm_plugin.config import PluginConfig, active
 from witcert_adapters.vllm_plugin.store import VerdictStore
-from witcert_calculus.prometheus import counter, gauge
+from witcert_calculus.export.prometheus import counter, gauge
 
 __all__ = ["VerdictCollector", "VerdictEndpoint"]
 
@@ -54,7 +54,7 @@ class VerdictCollector(Collector):
         self.config = config
 
     def collect(self) -> Iterator[Any]:
-        """The verdict families, built by :mod:`witcert_calculus.prometheus` (one definition)."""
+        """The verdict families, built by :mod:`witcert_calculus.export.prometheus` (one definition)."""
         labels = ["kv_cache_dtype", "tier"]
         totals = self.store.totals()
 

@@ -55,8 +55,8 @@ from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.unified import UnifiedCertificate, metered_unified_attention
 from witcert_adapters.vllm_plugin.verdicts import Accounts
 from witcert_calculus.errors import EngineMismatchError, WitcertError
-from witcert_calculus.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.witness import RopeLayout
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.meters.witness import RopeLayout
 from witcert_kernels.triton_witness import witness_write
 
 from vllm.v1.attention.backends import triton_attn

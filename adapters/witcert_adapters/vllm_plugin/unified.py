@@ -14,16 +14,17 @@ kernel is not edited, so the metered kernel's output is the upstream kernel's, b
 The meter is :mod:`witcert_kernels.triton_decode`'s: in the same pass over the tiles, for
 every query row (token, query head) and visible key ``t``, ``c_t = scale sum_b ||q_b|| w_{t,b}``
 from the stored band witnesses ``w`` (rounded outward with the margin of
-:func:`witcert_calculus.rounding.logit_margin`), and three float64 online log-sum-exps of the
-kernel's own float32 logits ``s``, of ``s + c`` and of ``s - c`` (its Triton helpers
-``_outward``, ``_lse_step`` and ``_meter_step``, imported by the generated source, not
-copied; they reduce over their first axis, so a tile enters them transposed, tokens first).
-The witnesses live in a side buffer laid out per block slot like the key cache,
-``[num_blocks, block_size, kv_heads, bands]``. The partials of each row keep the fused decode
-meter's layout (and one more field: the keys the row saw, counted in the kernel). Each KV
+:func:`witcert_calculus.numerics.rounding.logit_margin`), and three float64 online log-sum-exps of
+the kernel's own float32 logits ``s``, of ``s + c`` and of ``s - c`` (the Triton helpers
+``outward``, ``lse_step`` and ``meter_step`` of :mod:`witcert_kernels.triton_decode_kernel`,
+imported by the generated source, not copied; they reduce over their first axis, so a tile enters
+them transposed, tokens first). The witnesses live in a side buffer laid out per block slot like the
+key cache, ``[num_blocks, block_size, kv_heads, bands]``. The partials of each row keep the fused
+decode meter's layout (and one more field: the keys the row saw, counted in the kernel). Each KV
 segment of the 3d path writes its own partials; the fused decode meter's host code
-(``_tier_a_meter``: its split merge under log-sum-exp weights, exactly as the outputs merge in
-``reduce_segments``, its margin analysis and its forms) turns them into bounds.
+(:func:`~witcert_kernels.triton_decode_merge.tier_a_meter`: its split merge under log-sum-exp
+weights, exactly as the outputs merge in ``reduce_segments``, its margin analysis and its forms)
+turns them into bounds.
 
 The meter reads the logits where the kernel has masked them and before anything vLLM may
 add to them; a call with a feature that changes the logits or the weights afterwards or
@@ -58,13 +59,13 @@ import torch
 
 from witcert_adapters.injection import Anchor, apply_anchors
 from witcert_calculus.errors import InjectionError, InvalidValueError
-from witcert_calculus.rounding import logit_margin
-from witcert_calculus.tv_forms import TVBasis
-from witcert_calculus.validation import positive_int
-from witcert_calculus.witness import RopeLayout
+from witcert_calculus.meters.tv_forms import TVBasis
+from witcert_calculus.meters.witness import RopeLayout
+from witcert_calculus.numerics.rounding import logit_margin
+from witcert_calculus.numerics.validation import positive_int
 from witcert_kernels.meter import band_norms
-from witcert_kernels.triton_decode import _constants  # pyright: ignore[reportPrivateUsage]
-from witcert_kernels.triton_decode import _tier_a_meter  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.triton_decode_launch import device_constants
+from witcert_kernels.triton_decode_merge import tier_a_meter
 from witcert_kernels.triton_launch import pow2
 
 __all__ = ["ANCHORS", "GENERATED_MODULE", "SOURCE_MODULE", "UnifiedCertificate", "build_module",
@@ -86,7 +87,8 @@ ANCHORS: Final[tuple[Anchor, ...]] = (
         "import the meter's online log-sum-exp step",
         "from vllm.v1.kv_cache_interface import KVQuantMode\n",
         "from vllm.v1.kv_cache_interface import KVQuantMode\n"
-        "from witcert_kernels.triton_decode import _lse_step, _meter_step, _outward\n"),
+        "from witcert_kernels.triton_decode_kernel import lse_step as _lse_step, "
+        "meter_step as _meter_step, outward as _outward\n"),
     Anchor(
         "meter parameters of kernel_unified_attention",
         "    MM_PREFIX_CLAMP_SW: tl.constexpr = False,\n):\n",
@@ -306,7 +308,7 @@ def certificate_from_partials(partials: torch.Tensor, query_bands: torch.Tensor,
     tokens = positive_int("max_tokens", max_tokens)
     visible = partials[..., 11].sum(dim=-1)
     # the rows of one token share its keys (the mask does not depend on the head)
-    tier, w_min = _tier_a_meter(partials, tokens=tokens, seq_lens=visible[:, 0],
+    tier, w_min = tier_a_meter(partials, tokens=tokens, seq_lens=visible[:, 0],
                                 query_bands=query_bands, scale=float(scale),
                                 bands=int(query_bands.shape[-1]))
     none = visible == 0  # a row of no sequence: no bound at all, never a perfect one
@@ -391,9 +393,9 @@ def metered_unified_attention(*, witness: torch.Tensor, layout: RopeLayout,
     segments = int(kwargs.get("num_par_softmax_segments") or 1)
     tokens, heads = int(q.shape[0]), int(q.shape[1])
     # a segment no program visits stays empty: no key, merged away (cached on the device)
-    partials = _constants(_EMPTY, q.device).repeat(tokens, heads, segments, 1)
+    partials = device_constants(_EMPTY, q.device).repeat(tokens, heads, segments, 1)
     cm = logit_margin(bands, scale=scale)
-    consts = _constants((scale, cm.gamma, cm.alpha), q.device)
+    consts = device_constants((scale, cm.gamma, cm.alpha), q.device)
     args = {"METER": True, "NB": pow2(bands), "witness_ptr": witness, "qbands_ptr": query_bands,
             "meter_ptr": partials, "nbands": bands, "meter_segments": segments,
             "meter_consts_ptr": consts, "stride_w_0": int(witness.stride(0)),

@@ -29,7 +29,7 @@ from typing import final
 import torch
 
 from witcert_calculus.errors import InvalidValueError, StaleReadError, UnwrittenSlotError
-from witcert_calculus.validation import nonneg_int, positive_int
+from witcert_calculus.numerics.validation import nonneg_int, positive_int
 
 __all__ = ["Positions", "SlotWitnesses"]
 

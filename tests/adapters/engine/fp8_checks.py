@@ -12,7 +12,7 @@ written through the installed engine's own kernel, ``torch.ops._C.cpu_attn_resha
   scattered slots of several blocks and heads; the bytes the reader finds at each written
   (slot, head, channel) must be the model's, and every other byte must still be the
   sentinel (nothing written elsewhere);
-- the residual bound each byte carries (``witcert_calculus.formats``) against the
+- the residual bound each byte carries (``witcert_calculus.meters.formats``) against the
   true residual ``|x - s q|`` of every element written: the largest ratio and the count
   above the bound.
 """
@@ -27,7 +27,7 @@ from vllm import _custom_ops as ops
 from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, cache_format, \
     dequantize, stored_elements
 from witcert_adapters.vllm_plugin.quantizer import ROUNDING, engine_codes, float32_scale
-from witcert_calculus.formats import format_witness
+from witcert_calculus.meters.formats import format_witness
 
 D, KVH, BS = 64, 2, 128
 SENTINEL = 0x55

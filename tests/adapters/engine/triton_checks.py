@@ -43,10 +43,10 @@ from witcert_adapters.vllm_plugin.config import PluginConfig  # noqa: E402
 from witcert_calculus import AtConsume, AttentionTV, Reading, Tier  # noqa: E402
 from witcert_calculus.errors import EngineMismatchError, InjectionError, \
     InvalidValueError, PremiseError  # noqa: E402
-from witcert_calculus.theorems import LOGIT_BOUND_SOUND, TV_EFORM_SOUND, \
+from witcert_calculus.lean.theorems import LOGIT_BOUND_SOUND, TV_EFORM_SOUND, \
     TV_TWO_SIDED_SOUND  # noqa: E402
+from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_calculus.tiers import theorems_of  # noqa: E402
-from witcert_calculus.witness import RopeLayout  # noqa: E402
 from witcert_kernels.meter import logit_bound, tv_bounds_batch  # noqa: E402
 from witcert_kernels.triton_decode import fused_decode  # noqa: E402
 from witcert_kernels.triton_witness import witness_write  # noqa: E402

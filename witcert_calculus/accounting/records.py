@@ -1,0 +1,333 @@
+"""What the risk ledger reports: admission vocabulary, acknowledgements, verdicts, aggregates.
+
+Every record is a frozen, slotted value; exact quantities (charges, spends,
+budgets, retained fractions) are ``Fraction`` values.
+
+Main declarations:
+
+- :class:`EmpiricalPolicy`, :class:`EventKind`, :class:`Decision`
+- :class:`EventCounts`: admissions counted by :class:`EventKind`, plus saturated certificates.
+- :class:`Admission`, :class:`EntryAdmission`: acknowledgements of one admission.
+- :class:`Verdict`: a request's verdict.
+- :class:`LedgerStats`: aggregates over a whole ledger (what the Prometheus export shows),
+  built from the accounts by :meth:`LedgerStats.of`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Protocol, final
+
+from witcert_calculus.accounting.entries import EntryCertification
+from witcert_calculus.accounting.slots import SlotState, SlotTable
+from witcert_calculus.contracts import Reading
+from witcert_calculus.drift.eprocess import EProcessState
+from witcert_calculus.tiers import Tier
+
+__all__ = [
+    "Admission",
+    "Decision",
+    "EmpiricalPolicy",
+    "EntryAdmission",
+    "EventCounts",
+    "EventKind",
+    "LedgerStats",
+    "Verdict",
+]
+
+
+@final
+class EmpiricalPolicy(enum.Enum):
+    """What an empirical reading does to a request (chosen by the caller)."""
+
+    FALLBACK = "fallback"
+    """Take the exact path: the compressed value is not used, the verdict is unchanged."""
+    DEGRADE = "degrade"
+    """Use the value, and degrade the request's verdict to ``EMPIRICAL``."""
+
+
+@final
+class EventKind(enum.Enum):
+    """Kinds of admission events, counted per request."""
+
+    DETERMINISTIC = "deterministic"
+    PROBABILISTIC = "probabilistic"
+    EMPIRICAL_FALLBACK = "empirical_fallback"
+    EMPIRICAL_DEGRADED = "empirical_degraded"
+
+
+@final
+class Decision(enum.Enum):
+    """What the caller does with the admitted object."""
+
+    USE = "use"
+    """Use the compressed value (or, for entries, the kept ones)."""
+    FALLBACK = "fallback"
+    """Use the exact path."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class EventCounts:
+    """Admissions of a request by kind, plus how many certificates were saturated.
+
+    Attributes:
+        deterministic: certificates admitted at delta = 0.
+        probabilistic: certificates that drew a telescoping allowance.
+        empirical_fallback: empirical readings that sent the caller to the exact path.
+        empirical_degraded: empirical readings used, degrading the verdict.
+        saturated: admitted certificates whose bound reached saturation (vacuous).
+
+    Example:
+        >>> c = EventCounts.of({EventKind.PROBABILISTIC: 2}, saturated=1)
+        >>> c[EventKind.PROBABILISTIC], c.saturated, (c + c).total
+        (2, 1, 4)
+    """
+
+    deterministic: int = 0
+    probabilistic: int = 0
+    empirical_fallback: int = 0
+    empirical_degraded: int = 0
+    saturated: int = 0
+
+    @property
+    def total(self) -> int:
+        """All admissions."""
+        return (self.deterministic + self.probabilistic + self.empirical_fallback
+                + self.empirical_degraded)
+
+    def __getitem__(self, kind: EventKind) -> int:
+        """Admissions of one kind."""
+        match kind:
+            case EventKind.DETERMINISTIC:
+                return self.deterministic
+            case EventKind.PROBABILISTIC:
+                return self.probabilistic
+            case EventKind.EMPIRICAL_FALLBACK:
+                return self.empirical_fallback
+            case EventKind.EMPIRICAL_DEGRADED:
+                return self.empirical_degraded
+
+    @classmethod
+    def of(cls, tally: Mapping[EventKind, int], *, saturated: int = 0) -> EventCounts:
+        """Counts from admissions tallied by kind (kinds missing from ``tally`` count 0)."""
+        return cls(deterministic=tally.get(EventKind.DETERMINISTIC, 0),
+                   probabilistic=tally.get(EventKind.PROBABILISTIC, 0),
+                   empirical_fallback=tally.get(EventKind.EMPIRICAL_FALLBACK, 0),
+                   empirical_degraded=tally.get(EventKind.EMPIRICAL_DEGRADED, 0),
+                   saturated=saturated)
+
+    def __add__(self, other: EventCounts) -> EventCounts:
+        """Counts of two sets of admissions together."""
+        return EventCounts(
+            deterministic=self.deterministic + other.deterministic,
+            probabilistic=self.probabilistic + other.probabilistic,
+            empirical_fallback=self.empirical_fallback + other.empirical_fallback,
+            empirical_degraded=self.empirical_degraded + other.empirical_degraded,
+            saturated=self.saturated + other.saturated)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Acknowledgement of one admission (durable when the ledger has a journal).
+
+    Attributes:
+        request_id: the account.
+        ordinal: 0-based position of this event among the account's admissions.
+        kind: deterministic, probabilistic, empirical fallback or empirical degraded.
+        decision: use the value or fall back.
+        tier: the tier of the admitted reading.
+        charged: the telescoping allowance drawn (0 unless probabilistic).
+        spent: the account's exact spend after this event.
+        prob_index: the index ``i`` of a probabilistic event, else ``None``.
+        token: the caller's idempotency token, if any.
+    """
+
+    request_id: int
+    ordinal: int
+    kind: EventKind
+    decision: Decision
+    tier: Tier
+    charged: Fraction
+    spent: Fraction
+    prob_index: int | None
+    token: str | None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class EntryAdmission:
+    """Acknowledgement of an entry-level (or whole-step) admission.
+
+    Attributes:
+        admission: the ledger event (the batch is charged once).
+        certification: which entries keep the compressed value.
+        step: the step's bound as a reading (tier decided from its evidence and
+            saturation), or ``None`` for an empirical batch.
+    """
+
+    admission: Admission
+    certification: EntryCertification
+    step: Reading[Any] | None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A request's verdict.
+
+    A request starts ``CERTIFIED`` (nothing uncertified has been used) and only
+    moves down: a restricted certificate or a saturated (vacuous) one caps it at
+    ``PARTIALLY_CERTIFIED``, an empirical reading used under
+    :attr:`EmpiricalPolicy.DEGRADE` sets it to ``EMPIRICAL``.
+
+    Attributes:
+        request_id: the account.
+        tier: ``CERTIFIED``, ``PARTIALLY_CERTIFIED`` or ``EMPIRICAL``.
+        delta_req: the budget.
+        spent: exact spend, ``delta_req (1 - 1/(n+1))`` after ``n`` probabilistic events.
+        counts: admissions by kind.
+        entries: entries offered to entry-level admission.
+        entries_kept: entries that kept the compressed value.
+        retained_fraction: ``entries_kept / entries`` (``None`` when no entries
+            were offered). Retention is not coverage: read it with ``vacuous_steps``.
+        steps: entry batches admitted.
+        vacuous_steps: batches whose step bound reached the metric's saturation.
+        worst_step_bound: largest step bound over the batches (0.0 if none).
+        closed: whether the request was closed.
+    """
+
+    request_id: int
+    tier: Tier
+    delta_req: Fraction
+    spent: Fraction
+    counts: EventCounts
+    entries: int
+    entries_kept: int
+    retained_fraction: Fraction | None
+    steps: int
+    vacuous_steps: int
+    worst_step_bound: float
+    closed: bool
+
+    @property
+    def remaining(self) -> Fraction:
+        """``delta_req - spent`` (always > 0)."""
+        return self.delta_req - self.spent
+
+
+class _Tallied(Protocol):
+    # What LedgerStats.of reads of an account (witcert_calculus.accounting.account.Account).
+    @property
+    def counts(self) -> EventCounts: ...
+    @property
+    def entries(self) -> int: ...
+    @property
+    def entries_kept(self) -> int: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def vacuous_steps(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def tier(self) -> Tier: ...
+    @property
+    def spent_fraction(self) -> Fraction: ...
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class LedgerStats:
+    """Aggregates over the whole ledger (no per-request detail).
+
+    Attributes:
+        requests: requests ever opened.
+        open_requests: requests open now.
+        counts: admissions by kind, over all requests.
+        open_by_tier: ``(tier, open requests with that verdict)``, strongest first.
+        entries: entries offered to entry-level admission.
+        entries_kept: entries that kept the compressed value.
+        steps: entry batches admitted.
+        vacuous_steps: batches whose step bound reached saturation.
+        worst_spent_fraction: largest ``spent / delta_req`` over open requests (< 1).
+        slots: ``(state, slots in that state)``.
+        reads_own: slot reads by their owner (this process).
+        reads_shared: slot reads of another request's slot (this process).
+        slot_writes: slot writes applied.
+        events: events applied.
+        sentinels: ``(name, state)`` of each drift sentinel.
+    """
+
+    requests: int
+    open_requests: int
+    counts: EventCounts
+    open_by_tier: tuple[tuple[Tier, int], ...]
+    entries: int
+    entries_kept: int
+    steps: int
+    vacuous_steps: int
+    worst_spent_fraction: Fraction
+    slots: tuple[tuple[SlotState, int], ...]
+    reads_own: int
+    reads_shared: int
+    slot_writes: int
+    events: int
+    sentinels: tuple[tuple[str, EProcessState], ...]
+
+    @classmethod
+    def of(cls, accounts: Iterable[_Tallied], *, slots: SlotTable, events: int,
+           sentinels: tuple[tuple[str, EProcessState], ...]) -> LedgerStats:
+        """Aggregate a ledger's accounts, next to its slot table, event count and sentinels.
+
+        Args:
+            accounts: every account ever opened (open or closed).
+            slots: the ledger's slot table (its counts by state, reads and writes).
+            events: events applied.
+            sentinels: ``(name, state)`` of each drift sentinel.
+
+        Returns:
+            The aggregates; the tiers and the spend fraction count open requests only.
+
+        Example:
+            >>> import threading
+            >>> from witcert_calculus.accounting.account import Accounts
+            >>> from witcert_calculus.numerics.probability import Probability
+            >>> class Directory:
+            ...     def require_known(self, request_id: int) -> None: ...
+            ...     def sync(self) -> None: ...
+            >>> table = SlotTable(2, directory=Directory(), lock=threading.RLock(), key=object())
+            >>> book = Accounts()
+            >>> book.add(1, Probability.budget("1/10"), where="<memory>")
+            1
+            >>> s = LedgerStats.of(book, slots=table, events=1, sentinels=())
+            >>> s.requests, s.open_requests, s.open_by_tier[0], s.slots[0]
+            (1, 1, (<Tier.CERTIFIED: 3>, 1), (<SlotState.UNWRITTEN: 0>, 2))
+        """
+        counts = EventCounts()
+        tiers = {Tier.CERTIFIED: 0, Tier.PARTIALLY_CERTIFIED: 0, Tier.EMPIRICAL: 0}
+        requests = open_n = entries = kept = steps = vac = 0
+        worst = Fraction(0)
+        for a in accounts:
+            requests += 1
+            counts = counts + a.counts
+            entries += a.entries
+            kept += a.entries_kept
+            steps += a.steps
+            vac += a.vacuous_steps
+            if not a.closed:
+                open_n += 1
+                tiers[a.tier] += 1
+                worst = max(worst, a.spent_fraction)
+        own, shared = slots.reads
+        return cls(
+            requests=requests, open_requests=open_n, counts=counts,
+            open_by_tier=tuple(sorted(tiers.items(), reverse=True)),
+            entries=entries, entries_kept=kept, steps=steps, vacuous_steps=vac,
+            worst_spent_fraction=worst,
+            slots=tuple(sorted(slots.counts().items())), reads_own=own,
+            reads_shared=shared, slot_writes=slots.writes, events=events, sentinels=sentinels)

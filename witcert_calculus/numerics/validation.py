@@ -1,0 +1,290 @@
+"""Input validation: every check of a user-supplied value, each failure naming the value.
+
+The scalar checks serve the numpy-free core (contracts, tiers) as well as the meters, so
+this module imports numpy only when an array check runs; ``F64`` resolves on first use.
+
+Main declarations:
+
+- scalars: :func:`exact` (a finite, nonnegative exact rational), :func:`number`,
+  :func:`real`, :func:`positive_int`;
+- arrays: :func:`as_float_array`, :func:`finite_array`, :func:`nonneg_array`,
+  :func:`distribution`, :func:`is_distribution`; the alias ``F64``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from fractions import Fraction
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, cast
+
+from witcert_calculus.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike, NDArray
+
+    F64 = NDArray[np.float64]
+
+
+def __getattr__(name: str) -> Any:
+    # ``F64`` at run time, without importing numpy for the core (PEP 562).
+    if name == "F64":
+        import numpy as np
+        from numpy.typing import NDArray
+        return NDArray[np.float64]
+    raise AttributeError(f"module 'witcert_calculus.numerics.validation' has no attribute {name!r}")
+
+
+#: Unit roundoff of IEEE binary64.
+UNIT_ROUNDOFF = 2.0**-53
+
+#: Tolerance on ``sum(p_tilde) - 1`` for inputs that are meant to be distributions.
+PROB_SUM_ATOL = 1e-6
+
+
+def as_float_array(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...]) -> F64:
+    """Convert to a float64 array of the given rank; reject NaN."""
+    import numpy as np
+
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidValueError(name, value, f"must be a real array ({exc})") from None
+    dims = (ndim,) if isinstance(ndim, int) else ndim
+    if arr.ndim not in dims:
+        raise InvalidValueError(name, f"array of shape {arr.shape}",
+                                f"must have rank {' or '.join(map(str, dims))}")
+    if np.isnan(arr).any():
+        raise InvalidValueError(name, f"array with NaN at {np.argwhere(np.isnan(arr))[0].tolist()}",
+                                "must not contain NaN")
+    return arr
+
+
+def finite_array(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...]) -> F64:
+    """As :func:`as_float_array`, and reject infinities."""
+    import numpy as np
+
+    arr = as_float_array(name, value, ndim=ndim)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        idx = np.argwhere(bad)[0].tolist()
+        raise InvalidValueError(f"{name}{idx}", float(arr[tuple(idx)]), "must be finite")
+    return arr
+
+
+def nonneg_array(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...],
+                 allow_inf: bool = False) -> F64:
+    """A float64 array with every entry >= 0 (``+inf`` allowed only when asked)."""
+    import numpy as np
+
+    arr = as_float_array(name, value, ndim=ndim) if allow_inf else finite_array(
+        name, value, ndim=ndim)
+    neg = arr < 0
+    if neg.any():
+        idx = np.argwhere(neg)[0].tolist()
+        raise InvalidValueError(f"{name}{idx}", float(arr[tuple(idx)]), "must be >= 0")
+    return arr
+
+
+def distribution(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...] = 1) -> F64:
+    """Non-negative weights summing to 1 (within 1e-6) along the last axis, renormalized.
+
+    Renormalizing makes the bound refer to the distribution the weights define, so
+    rounding in the caller's normalization never enters the bound.
+    """
+    import numpy as np
+
+    arr = nonneg_array(name, value, ndim=ndim)
+    if arr.shape[-1] == 0:
+        raise InvalidValueError(name, "empty array", "must hold at least one token")
+    total = arr.sum(axis=-1, keepdims=True)
+    off = np.abs(total - 1.0) > PROB_SUM_ATOL
+    if off.any():
+        raise InvalidValueError(f"sum({name})", float(total[np.argwhere(off)[0][0]][0])
+                                if total.ndim > 1 else float(total[0]),
+                                f"must be 1 within {PROB_SUM_ATOL}")
+    out: F64 = arr / total
+    return out
+
+
+def is_distribution(p: F64) -> bool:
+    """Whether every row of ``p`` (last axis) is a probability vector: finite, nonnegative,
+    summing to 1 within :data:`PROB_SUM_ATOL`; the truth value of that premise, not a raise."""
+    import numpy as np
+
+    if p.ndim == 0 or p.shape[-1] == 0:
+        return False
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(p).all() and (p >= 0).all() and (
+            np.abs(p.sum(axis=-1) - 1.0) <= PROB_SUM_ATOL).all()
+    return bool(ok)
+
+
+def nonempty_text(name: str, value: object) -> str:
+    """A ``str`` with at least one non-blank character (a statement, a reason, a key)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidValueError(name, value, "must be a non-empty text")
+    return value
+
+
+def positive_int(name: str, value: object, *, minimum: int = 1) -> int:
+    """An ``int`` (not bool) that is at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidValueError(name, value, "must be an int")
+    v = int(value)
+    if v < minimum:
+        raise InvalidValueError(name, value, f"must be >= {minimum}")
+    return v
+
+
+def integer(name: str, value: object) -> int:
+    """An ``int`` (not bool; numpy integers too), e.g. a request id or a slot index."""
+    if type(value) is int:  # the common case, without the abstract-class check
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidValueError(name, value, "must be an int")
+    return int(value)
+
+
+def nonneg_int(name: str, value: object) -> int:
+    """An ``int`` (not bool; numpy integers too) that is ``>= 0``, e.g. an index or a count."""
+    if type(value) is int and value >= 0:  # the common case, without the abstract-class check
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 0:
+        raise InvalidValueError(name, value, "must be an int >= 0")
+    return int(value)
+
+
+def unit_rational(name: str, value: object, *, open_interval: bool = False,
+                  text: bool = False) -> Fraction:
+    """An exact rational in ``[0, 1]`` (or, with ``open_interval``, in ``(0, 1)``).
+
+    Ints, Fractions and floats are taken exactly (a float's binary value, not its
+    decimal spelling); with ``text``, strings such as ``"1/100"`` too. Bools,
+    NaN and infinities are refused.
+    """
+    where = "(0, 1)" if open_interval else "[0, 1]"
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction, str)) or (
+            isinstance(value, str) and not text):
+        raise InvalidValueError(name, value, f"must be a number in {where}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidValueError(name, value, f"must be finite, in {where}")
+    try:
+        fr = Fraction(value)
+    except (ValueError, ZeroDivisionError) as exc:
+        raise InvalidValueError(name, value, f"is not a number ({exc})") from None
+    if not (0 < fr < 1 if open_interval else 0 <= fr <= 1):
+        interval = "the open interval (0, 1)" if open_interval else "the closed interval [0, 1]"
+        raise InvalidValueError(name, value, f"must lie in {interval}")
+    return fr
+
+
+def nonneg_real(name: str, value: object) -> float:
+    """A finite real scalar (not bool; numpy scalars and Fractions too) that is ``>= 0``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidValueError(name, value, "must be a real number")
+    v = float(value)
+    if not (math.isfinite(v) and v >= 0.0):
+        raise InvalidValueError(name, value, "must be finite and >= 0")
+    return v
+
+
+def real(name: str, value: object, *, lo: float = -math.inf, hi: float = math.inf,
+         lo_open: bool = False, hi_open: bool = False, allow_inf: bool = False) -> float:
+    """A real scalar in the stated interval."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidValueError(name, value, "must be a real number")
+    v = float(value)
+    if math.isnan(v) or (math.isinf(v) and not allow_inf):
+        raise InvalidValueError(name, value, "must be finite" if not allow_inf else "must not be NaN")
+    if v < lo or (lo_open and v == lo) or v > hi or (hi_open and v == hi):
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        raise InvalidValueError(name, value, f"must lie in {left}{lo}, {hi}{right}")
+    return v
+
+
+def number(name: str, value: object) -> float:
+    """An ``int``, ``float`` or ``Fraction`` (not bool) as a float; NaN and infinities pass."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        raise InvalidValueError(name, value, "must be a number")
+    return float(value)
+
+
+def exact(value: object, name: str, *, upper: Fraction | None = None,
+          strict_upper: bool = False) -> Fraction:
+    """Convert a finite, nonnegative number to an exact Fraction, or raise naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        raise InvalidValueError(name, value, "must be an int, float or Fraction")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidValueError(name, value, "must be finite")
+    fr = Fraction(value)
+    if fr < 0:
+        raise InvalidValueError(name, value, "must be >= 0")
+    if upper is not None and (fr >= upper if strict_upper else fr > upper):
+        bound = f"< {upper}" if strict_upper else f"<= {upper}"
+        raise InvalidValueError(name, value, f"must be {bound}")
+    return fr
+
+
+
+def uint(name: str, value: object, *, bits: int) -> int:
+    """An ``int`` (not bool; numpy integers too) in ``[0, 2^bits)``, e.g. a counter word."""
+    v = positive_int(name, value, minimum=0)
+    if v >= 2**bits:
+        raise InvalidValueError(name, value, f"must be < 2^{bits}")
+    return v
+
+
+def weights_and_bounds(p_tilde: ArrayLike, c: ArrayLike, *, ndim: int) -> tuple[F64, F64]:
+    """A distribution ``p_tilde`` (see :func:`distribution`) and bounds ``c >= 0`` of its shape.
+
+    ``c`` may hold ``+inf`` (a bound that says nothing); NaN and negative entries are refused.
+    """
+    p = distribution("p_tilde", p_tilde, ndim=ndim)
+    cc = nonneg_array("c", c, ndim=ndim, allow_inf=True)
+    if cc.shape != p.shape:
+        raise InvalidValueError("c", f"array of shape {cc.shape}",
+                                f"must have the shape of p_tilde {p.shape}")
+    return p, cc
+
+
+def open_level(name: str, value: object) -> float:
+    """A level in the open interval (0, 1) as a float (exact input; refused if it rounds to 0 or 1)."""
+    d = float(unit_rational(name, value, open_interval=True))
+    if not 0.0 < d < 1.0:  # a Fraction that rounds to 0.0 or 1.0
+        raise InvalidValueError(name, value, "must lie in the open interval (0, 1)")
+    return d
+
+
+def positive_finite(name: str, value: float) -> float:
+    """A finite float ``> 0`` (anything ``float()`` accepts)."""
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise InvalidValueError(name, value, "must be finite and > 0")
+    return v
+
+
+def float_up(value: Fraction) -> float:
+    """The smallest float not below an exact rational (a bound converted once, at the edge)."""
+    f = float(value)
+    return f if Fraction(f) >= value else math.nextafter(f, math.inf)
+
+
+def float_down(value: Fraction) -> float:
+    """The largest float not above an exact rational (0.0 below the smallest subnormal)."""
+    f = float(value)
+    return f if Fraction(f) <= value else math.nextafter(f, -math.inf)
+
+
+
+def json_object(value: object) -> dict[str, Any] | None:
+    """A parsed JSON (or TOML) value as an object with string keys, or ``None`` if it is not one."""
+    if not isinstance(value, dict):
+        return None
+    obj = cast("dict[object, Any]", value)
+    if not all(isinstance(k, str) for k in obj):
+        return None
+    return cast("dict[str, Any]", obj)
