@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from witcert_calculus import AtConsume, AttentionTV, Contract, LogitLinf, Proof, Tier, theorems
+from witcert_calculus import AtConsume, AttentionTV, Contract, LogitLinf, Proof, Tier
+from witcert_calculus.lean import theorems
 from witcert_calculus.errors import UnknownTheoremError
 
 ROOT = Path(__file__).resolve().parents[1]
