@@ -61,13 +61,28 @@ def through_empirical_selector() -> Contract[KeyResidualAbs[AtConsume], Attentio
     return chain(storage, score, to_mass, ratio, select)
 
 
+def explained(c: Contract[KeyResidualAbs[AtConsume], AttentionTV[AtConsume]],
+              shown: set[str]) -> list[str]:
+    """``c.explain()``, its modelling steps already in ``shown`` (printed for an earlier
+    chain) named once instead of repeated; adds the steps it prints to ``shown``."""
+    lines = c.explain().splitlines()
+    steps = {ln for ln in lines if ln.startswith("    - ")}
+    kept = [ln for ln in lines if not (ln in steps and ln in shown)]
+    if steps and steps <= shown:
+        kept[kept.index("  modelled outside Lean:")] = "  modelled outside Lean: as above"
+    shown.update(steps)
+    return kept
+
+
 def main() -> None:
     """Print the three chains and the rejected one."""
+    shown: set[str] = set()
     for title, c in (("certified chain", storage_to_selection()),
                      ("domain-restricted chain", residual_to_selection_affine()),
                      ("chain through an empirical bridge", through_empirical_selector())):
-        print(f"== {title}: tier {c.tier.name}")
-        print(c.explain())
+        name, *rest = explained(c, shown)
+        print(f"== {title}, tier {c.tier.name}: {name}")
+        print("\n".join(rest))
         if c.subset is not None:
             print(f"  holds on the decidable subset: {c.subset}")
         print(f"  bound at e_in = {WITNESS_MAX}: {c.bound(WITNESS_MAX)}")

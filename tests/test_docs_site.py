@@ -53,12 +53,14 @@ def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ("witcert
     return found
 
 
+@pytest.mark.slow  # the strict mkdocs build (module-scoped, tens of seconds)
 def test_the_site_builds_strictly(site: Path) -> None:
     for page in ("index.html", "cli/index.html", "faq/index.html", "tutorial/index.html",
                  "api/library/contracts/index.html"):
         assert (site / page).is_file(), f"{page} was not built"
 
 
+@pytest.mark.slow  # the strict mkdocs build (module-scoped, tens of seconds)
 def test_the_cli_page_holds_every_command(site: Path) -> None:
     text = _text(site / "cli" / "index.html")
     assert "witcert-cli-help" not in (site / "cli" / "index.html").read_text(encoding="utf-8")

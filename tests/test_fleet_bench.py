@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # the benchmark end to end in a subprocess
 def test_bench_fleet_tiny() -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_fleet.py"), "--events", "3000",

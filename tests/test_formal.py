@@ -25,6 +25,9 @@ from witcert_calculus import bridges, contracts, metrics, tiers
 from witcert_calculus.errors import MetricMismatchError
 from witcert_calculus.lean import theorems
 
+# Reads the Lean build's outputs: scripts/test.sh runs this file after the build (marker `lean`).
+pytestmark = pytest.mark.lean
+
 ROOT = Path(__file__).resolve().parents[1]
 FORMAL = ROOT / "formal"
 BUILD = FORMAL / "build"

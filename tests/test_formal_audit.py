@@ -19,6 +19,9 @@ from typing import Any
 
 import pytest
 
+# Reads the Lean build's outputs: scripts/test.sh runs this file after the build (marker `lean`).
+pytestmark = pytest.mark.lean
+
 ROOT = Path(__file__).resolve().parents[1]
 FORMAL = ROOT / "formal"
 BUILD = FORMAL / "build"

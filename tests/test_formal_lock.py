@@ -20,6 +20,9 @@ import pytest
 
 from witcert_calculus.lean import theorems
 
+# Reads the Lean build's outputs: scripts/test.sh runs this file after the build (marker `lean`).
+pytestmark = pytest.mark.lean
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 statement_lock: Any = importlib.import_module("statement_lock")

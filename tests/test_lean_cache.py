@@ -1,6 +1,8 @@
 """The machine-wide cache of compiled Lean modules (``scripts/lean_driver.py``): an entry is
 reused only for the same stamp and the same Lean binary, restores every output and the log,
-is written atomically, and can be switched off (a clean build)."""
+is written atomically, and can be switched off (a clean build). Beside it, what the driver
+decides from a compile's output (a warning fails the build, in a restored log too) and how
+many Lean processes it runs (``--jobs-file``)."""
 
 from __future__ import annotations
 
@@ -62,3 +64,27 @@ def test_the_cache_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv(lean_driver.MODULE_CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert lean_driver.module_cache_dir() == tmp_path / "witcert-calculus" / "lean-modules"
+
+
+WARNED = """/tmp/witcert-lean-0/src/WitCert/Output.lean:83:0: warning: automatically included section \
+variable(s) unused in theorem `WitCert.Output.absA_self_of_nonneg`:
+  [LT α]
+"""
+
+
+def test_a_warning_fails_the_build() -> None:
+    problems = lean_driver.check_messages("WitCert.Output", 0, WARNED)
+    assert len(problems) == 1 and "WitCert/Output.lean:83:0" in problems[0], problems
+    assert "1 warning(s)" in problems[0]
+    assert lean_driver.check_messages("WitCert.Output", 0, "") == []
+    # the exporter's statements are Lean's info output, not warnings
+    assert lean_driver.check_messages("Export", 0, "@WitCert.Tiers.meet_le : ∀ ...") == []
+
+
+def test_the_job_count_follows_its_file(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    assert lean_driver.current_jobs(2, None) == 2
+    assert lean_driver.current_jobs(2, jobs) == 2  # no file yet
+    for text, want in (("1\n", 1), ("2", 2), ("8", 2), ("0", 1), ("many", 2)):
+        jobs.write_text(text)
+        assert lean_driver.current_jobs(2, jobs) == want, text

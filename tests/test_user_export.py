@@ -18,6 +18,9 @@ from witcert_calculus import AtConsume, AttentionTV, Contract, LogitLinf, Proof,
 from witcert_calculus.lean import theorems
 from witcert_calculus.errors import UnknownTheoremError
 
+# Reads the Lean build's outputs: scripts/test.sh runs this file after the build (marker `lean`).
+pytestmark = pytest.mark.lean
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "lean"
 

@@ -49,6 +49,11 @@ ordered field, `Rat` included.
 The sharp `tanh (osc/4)` softmax bound is proved from these laws in `WitCert/Sharp.lean`; the
 sub-Gaussian proxy `s²/12` of the dither grid is proved in `WitCert/Dither.lean` from these laws
 and `cosh y ≤ exp (y²/2)`.
+
+Each theorem keeps the section's whole carrier context, classes its proof does not use
+included: they are part of its statement as exported and locked (`formal/statements.lock.json`).
+Where one goes unused, the `unusedSectionVars` linter is switched off for that theorem alone
+(`set_option ... in`) instead of omitting the class, which would change the statement.
 -/
 
 namespace WitCert.Analytic
@@ -128,6 +133,7 @@ theorem two_le_div_add_div {k A : α} (hk : 0 < k) (hA : 0 < A) : 2 ≤ k / A + 
 @[expose] noncomputable def absA (x : α) : α :=
   @ite α (0 ≤ x) (Classical.propDecidable _) x (-x)
 
+set_option linter.unusedSectionVars false in
 /-- `|x| ≤ y` from `x ≤ y` and `-x ≤ y`. -/
 theorem absA_le {x y : α} (h1 : x ≤ y) (h2 : -x ≤ y) : absA x ≤ y := by
   unfold absA; split <;> grind
@@ -143,24 +149,28 @@ theorem le_of_absA_le {x y : α} (h : absA x ≤ y) : x ≤ y ∧ -x ≤ y := by
   | [] => 0
   | x :: xs => f x + lsum f xs
 
+set_option linter.unusedSectionVars false in
 theorem lsum_add {β : Type} (f g : β → α) (L : List β) :
     lsum (fun t => f t + g t) L = lsum f L + lsum g L := by
   induction L with
   | nil => simp only [lsum]; grind
   | cons x xs ih => simp only [lsum, ih]; grind
 
+set_option linter.unusedSectionVars false in
 theorem lsum_mul_left {β : Type} (c : α) (f : β → α) (L : List β) :
     lsum (fun t => c * f t) L = c * lsum f L := by
   induction L with
   | nil => simp only [lsum]; grind
   | cons x xs ih => simp only [lsum, ih]; grind
 
+set_option linter.unusedSectionVars false in
 theorem lsum_div {β : Type} (f : β → α) (c : α) (L : List β) :
     lsum (fun t => f t / c) L = lsum f L / c := by
   induction L with
   | nil => simp only [lsum]; grind
   | cons x xs ih => simp only [lsum, ih]; grind
 
+set_option linter.unusedSectionVars false in
 theorem lsum_congr {β : Type} {f g : β → α} {L : List β} (h : ∀ t ∈ L, f t = g t) :
     lsum f L = lsum g L := by
   induction L with
@@ -446,6 +456,7 @@ section Exp
 
 variable (E : ExpLaws α)
 
+set_option linter.unusedSectionVars false in
 theorem ExpLaws.exp_mul_exp_neg (x : α) : E.exp x * E.exp (-x) = 1 := by
   have h := E.exp_add x (-x)
   rw [show x + -x = 0 by grind, E.exp_zero] at h
@@ -467,6 +478,7 @@ theorem ExpLaws.exp_lt_exp {x y : α} (h : x < y) : E.exp x < E.exp y := by
     (show (1 : α) < E.exp (y - x) by grind) (E.exp_pos x)
   grind
 
+set_option linter.unusedSectionVars false in
 theorem ExpLaws.exp_two_mul (x : α) : E.exp (2 * x) = E.exp x * E.exp x := by
   rw [← E.exp_add, show x + x = 2 * x by grind]
 
@@ -531,7 +543,7 @@ theorem softmax_tv_affine_sound {β : Type} (E : ExpLaws α) (z z' : β → α) 
 
 /-- `(1 − p)^n ≤ exp (−n p)` for `0 ≤ p ≤ 1`. Python: `meters.rate_upper_bound` and
 `meters.sentinel_rounds` rely on it. -/
-theorem one_sub_pow_le_exp (E : ExpLaws α) {p : α} (hp0 : 0 ≤ p) (hp1 : p ≤ 1) (n : Nat) :
+theorem one_sub_pow_le_exp (E : ExpLaws α) {p : α} (_hp0 : 0 ≤ p) (hp1 : p ≤ 1) (n : Nat) :
     (1 - p) ^ n ≤ E.exp (-((n : α) * p)) := by
   induction n with
   | zero =>

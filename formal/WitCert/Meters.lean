@@ -39,6 +39,11 @@ over the tokens of a nonempty list `L`. The laws assumed are those of `WitCert.A
 and `WitCert.Analytic.ExpLogLaws`, which `Real.exp` and `Real.log` satisfy. The per-band
 Cauchy–Schwarz logit bound is in `WitCert/Witness.lean` (squared norms over `Rat`) and the
 output-error bound for vector values in `WitCert/Output.lean` (with the laws of a norm).
+
+Each theorem keeps the section's whole carrier context, classes its proof does not use
+included: they are part of its statement as exported and locked (`formal/statements.lock.json`).
+Where one goes unused, the `unusedSectionVars` linter is switched off for that theorem alone
+(`set_option ... in`) instead of omitting the class, which would change the statement.
 -/
 
 namespace WitCert.Meters
@@ -87,6 +92,7 @@ theorem one_le_exp_of_absA (hc : ∀ t ∈ L, absA (z t - z' t) ≤ c t) :
   have h3 := E.one_add_le_exp (c t)
   grind
 
+set_option linter.unusedSectionVars false in
 theorem aPlus_eq : aPlus E z' c L =
     meterA (fun t => E.exp (z' t)) (fun t => E.exp (c t)) L := rfl
 
@@ -201,6 +207,7 @@ theorem page_in_decrease {β : Type} (E : ExpLaws α) (p c : β → α) (blk : �
 
 /-! ### Output error -/
 
+set_option linter.unusedSectionVars false in
 theorem absA_of_nonneg {a : α} (h : 0 ≤ a) : absA a = a := by
   unfold absA; split <;> grind
 
@@ -225,6 +232,7 @@ theorem absA_mul_le {a v M : α} (h : absA v ≤ M) : absA (a * v) ≤ absA a * 
     · have := Lean.Grind.OrderedRing.mul_le_mul_of_nonpos_left h1 ha
       rw [absA_of_nonpos ha]; grind
 
+set_option linter.unusedSectionVars false in
 theorem lsum_sub {β : Type} (f g : β → α) (L : List β) :
     lsum (fun t => f t - g t) L = lsum f L - lsum g L := by
   induction L with
@@ -271,6 +279,7 @@ section Log
 
 variable (E : ExpLogLaws α)
 
+set_option linter.unusedSectionVars false in
 /-- `q^n = exp (n log q)` for `q > 0`. -/
 theorem pow_eq_exp_mul_log {q : α} (hq : 0 < q) (n : Nat) :
     q ^ n = E.exp ((n : α) * E.log q) := by

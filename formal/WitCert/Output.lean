@@ -31,6 +31,11 @@ and the laws used; no `axiom` is declared. Every real normed space (in particula
 Euclidean norm, the norm of `meters.output_error_bound`) satisfies each law: they are the
 additive-group and distributivity axioms of a vector space and the axioms of a norm (standard).
 The scalar form `WitCert.Meters.output_error_bound_sound` is the case `V = α`, `‖x‖ = |x|`.
+
+Each theorem keeps the section's whole carrier context, classes its proof does not use
+included: they are part of its statement as exported and locked (`formal/statements.lock.json`).
+Where one goes unused, the `unusedSectionVars` linter is switched off for that theorem alone
+(`set_option ... in`) instead of omitting the class, which would change the statement.
 -/
 
 namespace WitCert.Output
@@ -79,6 +84,7 @@ structure NormedLaws (α : Type) [Lean.Grind.Field α] [LE α] [LT α] [Std.Lawf
 variable {α : Type} [Lean.Grind.Field α] [LE α] [LT α] [Std.LawfulOrderLT α]
   [Std.IsLinearOrder α] [Lean.Grind.OrderedRing α]
 
+set_option linter.unusedSectionVars false in
 /-- `|a| = a` for `a ≥ 0`. -/
 theorem absA_self_of_nonneg {a : α} (h : 0 ≤ a) : absA a = a := by
   unfold absA; split <;> grind

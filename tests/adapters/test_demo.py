@@ -1,31 +1,97 @@
-"""The main job's demo reproduces the report shown in the README."""
+"""The main job's demo reproduces the report shown in the README, and prints what a person
+reads: one line per request and the table, short enough for two screens."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
+import re
+import runpy
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from witcert_adapters.demo.settings import DEMO_SCHEMES, OPERATING_POINT, DemoSettings
+from witcert_adapters.demo.settings import DEMO_SCHEMES, OPERATING_POINT, PROMPTS, DemoSettings
 from witcert_adapters.schemes import get_scheme
 from witcert_calculus.errors import InvalidValueError
 
 ROOT = Path(__file__).resolve().parents[2]
+#: ``scripts/demo.sh`` after its set-up (the worked chain, a blank line, the demo) fits on two
+#: screens.
+SCREENS = 100
+#: One request's summary line: id, scheme, prompt, coverage (Tier B where the scheme has it),
+#: the ledger's verdict, the gate, the violations.
+SUMMARY = re.compile(r"^ +(\d+)  (\S+) +('.*?') +coverage (\d\.\d{3})(?:  B (\d\.\d{3}))? +"
+                     r"([A-Z_]+) +(accepted|rejected at \S+)  violations (\d+)$")
 
 
-@pytest.mark.slow
-def test_demo_reproduces_the_stored_report(tmp_path: Path) -> None:
-    from witcert_adapters.demo import run_demo
-
-    run_demo(tmp_path)
+def _render() -> ModuleType:
     spec = importlib.util.spec_from_file_location("render_readme",
                                                   ROOT / "scripts" / "render_readme.py")
     assert spec and spec.loader
     render = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(render)
-    fresh = render.stable((tmp_path / "report.txt").read_text())
+    return render
+
+
+def _worked_chain_lines() -> list[str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(str(ROOT / "examples" / "worked_chain.py"), run_name="__main__")
+    return out.getvalue().splitlines()
+
+
+def _check_summary(lines: list[str]) -> None:
+    """One line per request, in order: every scheme over every prompt, no violation."""
+    rows = [m for m in map(SUMMARY.match, lines) if m]
+    assert len(rows) == len(DEMO_SCHEMES) * len(PROMPTS), lines
+    assert [m.group(2) for m in rows] == [s for s in DEMO_SCHEMES for _ in PROMPTS]
+    assert [m.group(3) for m in rows] == [repr(p) for _ in DEMO_SCHEMES for p in PROMPTS]
+    assert {m.group(8) for m in rows} == {"0"}
+    dithered = {s for s in DEMO_SCHEMES if get_scheme(s).dithered is not None}
+    assert all((m.group(5) is not None) == (m.group(2) in dithered) for m in rows)
+
+
+def test_the_stored_demo_prints_one_line_per_request_on_two_screens() -> None:
+    render = _render()
+    stored = (ROOT / "docs" / "demo_report.txt").read_text()
+    shown = render.excerpt(stored).splitlines()  # what the terminal shows, the timing left out
+    _check_summary(shown)
+    assert "Measured table" in "\n".join(shown) and "Certified operating point" in "\n".join(shown)
+    assert not any("per layer:" in ln for ln in shown)
+    # demo.sh: the worked chain, a blank line, the demo and its last line (timing, files)
+    assert len(_worked_chain_lines()) + 1 + len(shown) + 1 <= SCREENS
+    # report.txt keeps a block per request, with its per-layer readings
+    assert stored.count("\n  per layer: worst-cell meter") == len(DEMO_SCHEMES) * len(PROMPTS)
+
+
+@pytest.mark.slow
+def test_demo_reproduces_the_stored_report(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from witcert_adapters.demo import run_demo
+
+    run_demo(tmp_path)
+    printed = capsys.readouterr().out.splitlines()
+    render = _render()
+    text = (tmp_path / "report.txt").read_text()
+    # The terminal: the report without its per-request blocks (what the README shows), then
+    # the timing and where the files are; on two screens with the worked chain before it.
+    assert render.stable("\n".join(printed[:-1])) == render.excerpt(text)
+    assert printed[-1].startswith("wall time ") and all(
+        str(tmp_path / name) in printed[-1]
+        for name in ("report.txt", "report.json", "traces", "coverage.png"))
+    _check_summary(printed)
+    assert not any("per layer:" in ln for ln in printed)
+    assert len(_worked_chain_lines()) + 1 + len(printed) <= SCREENS
+    # report.txt: every request's block with its per-layer readings, and the same summary
+    n = len(DEMO_SCHEMES) * len(PROMPTS)
+    assert text.count("\n  per layer: worst-cell meter") == n
+    assert len(re.findall(r"^request \d+: scheme ", text, re.MULTILINE)) == n
+    _check_summary(text.splitlines())
+    fresh = render.stable(text)
     stored = (ROOT / "docs" / "demo_report.txt").read_text()
     fix = "the demo's output changed: rerun scripts/demo.sh and scripts/render_readme.py"
     # The words, the layout, the schemes, the gate verdicts: identical on every platform.
@@ -82,3 +148,15 @@ def test_the_command_line_takes_a_threshold_and_bands(monkeypatch: pytest.Monkey
     assert seen["threshold"] == 0.3 and seen["bands"] == 8 and seen["out"] == tmp_path
     assert cli.main(["--out", str(tmp_path)]) == 0
     assert seen["threshold"] == 0.2 and seen["schemes"] == DEMO_SCHEMES
+    assert seen["verbose"] is False
+    assert cli.main(["--out", str(tmp_path), "--verbose"]) == 0
+    assert seen["verbose"] is True
+
+
+def test_docstring_examples_of_the_report() -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module("witcert_adapters.demo.report"),
+                             optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0

@@ -48,6 +48,8 @@ from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_kernels.meter import logit_bound, tv_bounds_batch  # noqa: E402
 from witcert_kernels.triton_witness import witness_write  # noqa: E402
 
+# SGLang's own kernels in Triton's interpreter: CI runs them, scripts/test.sh --quick does not.
+pytestmark = pytest.mark.engine
 torch.set_num_threads(1)
 BANDS = 8
 ON = SGLangConfig(enabled=True, bands=BANDS, layout=RopeLayout.HALF_SPLIT)

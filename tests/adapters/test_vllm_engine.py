@@ -27,7 +27,7 @@ from witcert_adapters.vllm_plugin.config import PluginConfig
 from witcert_adapters.vllm_plugin.launch import engine_env, engine_python, fp8_supported, \
     run_offline
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
 FP8 = pytest.mark.skipif(not fp8_supported(), reason="vLLM's CPU build serves an fp8 KV cache "
                          "only on CPUs with AVX-512 or AMX; this CPU has neither")
 

@@ -21,7 +21,7 @@ from witcert_adapters.vllm_demo import BATTERY, SERVED, TAU, Served, demo_retrie
     serve_battery
 from witcert_adapters.vllm_plugin.launch import fp8_supported
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.engine,
               pytest.mark.skipif(not fp8_supported(), reason="the demo serves vLLM's fp8 cache, "
                                  "which vLLM's CPU build serves only on CPUs with AVX-512 or "
                                  "AMX; this CPU has neither")]

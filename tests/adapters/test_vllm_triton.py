@@ -18,7 +18,7 @@ import pytest
 
 from witcert_adapters.vllm_plugin.launch import engine_env, engine_python
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 SCRIPT = Path(__file__).parent / "engine" / "triton_checks.py"
 

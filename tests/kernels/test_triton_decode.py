@@ -99,6 +99,7 @@ def test_output_and_meter_match_the_references(page: int, heads: int, kv_heads: 
     assert bool((got.witness_min >= 0).all())
 
 
+@pytest.mark.slow  # Triton's interpreter: tens of seconds on a CPU
 def test_split_kv_merges_to_the_same_output_and_bounds() -> None:
     c = Paged([90, 33, 5], kv_heads=2, d=32, page=16, seed=11)
     q = torch.randn(3, 4, 32, generator=torch.Generator().manual_seed(1))
@@ -169,6 +170,7 @@ def test_the_unmetered_kernel_gives_the_same_output() -> None:
     assert torch.equal(out, metered.output) and torch.equal(lse, metered.lse)
 
 
+@pytest.mark.slow  # Triton's interpreter: tens of seconds on a CPU
 def test_the_gpu_benchmark_runs_dry() -> None:
     """``benchmarks/bench_kernels_gpu.py --dry`` checks its arguments and runs the benchmark's
     code at toy sizes in the interpreter, checking instead of timing: the metered and

@@ -145,6 +145,7 @@ def test_tier_b_meter_matches_the_torch_twin_and_bounds_the_exact_tv(
     assert ev is not None
 
 
+@pytest.mark.slow  # Triton's interpreter: seconds per launch on a CPU
 def test_tier_b_bounds_the_exact_tv_on_adversarial_queries() -> None:
     """Non-adaptive worst cases: queries along the massive channel, on the largest block
     scale's channels, on the outlier channels only (exact: only the cast term), and a large
@@ -248,6 +249,7 @@ class Pool:
                 "delta_loc": DELTA}
 
 
+@pytest.mark.slow  # Triton's interpreter: tens of seconds on a CPU
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("page, splits", [(1, 1), (16, 3)])
 def test_the_pooled_read_equals_decode_over_dither_read(dtype: torch.dtype, page: int,
@@ -290,6 +292,7 @@ def test_the_pooled_read_equals_decode_over_dither_read(dtype: torch.dtype, page
     assert bool((pooled.tier_b.meter >= torch.stack(tv).view(3, 4)).all())
 
 
+@pytest.mark.slow  # Triton's interpreter: tens of seconds on a CPU
 def test_a_read_with_the_wrong_stream_key_is_caught() -> None:
     p = Pool([33, 18], kv_heads=1, page=16, seed=4)
     all_slots = torch.arange(p.slots)
@@ -433,6 +436,7 @@ def test_the_detector_catches_a_host_read(monkeypatch: pytest.MonkeyPatch) -> No
     assert len(seen) == 5
 
 
+@pytest.mark.slow  # Triton's interpreter: seconds per launch on a CPU
 def test_the_launch_paths_do_no_host_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tier A, Tier B and the pooled read, split-KV merged, with no host read between the
     arguments and the results; the premises are read afterwards, building the evidence."""

@@ -13,11 +13,14 @@ For a fixed prompt set it
    next-token distributions at the decode steps (never free decoding: free trajectories
    diverge for reasons unrelated to compression) (:mod:`~witcert_adapters.demo.measure`,
    :mod:`~witcert_adapters.demo.tally`);
-4. prints a report per request (per-layer readings with tiers, the composed chain's bound
-   and tier, the ledger's verdict and spend, the gate verdict, and where a page-in would go),
-   for the dithered scheme also the Tier-B (probabilistic) certificates next to Tier A, the
-   table over schemes with Spearman's rank correlation between coverage and KL, and writes
-   ``report.txt``, ``report.json`` and ``coverage.png`` into the output folder
+4. writes ``report.txt`` with a block per request (per-layer readings with tiers, the
+   composed chain's bound and tier, the ledger's verdict and spend, the gate verdict, and
+   where a page-in would go; for a dithered scheme also the Tier-B (probabilistic)
+   certificates next to Tier A), ``report.json``, one entry trace per scheme and
+   ``coverage.png`` into the output folder, and prints what a person reads: one line per
+   request (scheme, coverage, verdicts, violations), the table over schemes with the
+   certified operating point and Spearman's rank correlation between coverage and KL, and
+   where the files are (``--verbose`` prints the blocks too)
    (:mod:`~witcert_adapters.demo.report`, :mod:`~witcert_adapters.demo.plot`,
    :mod:`~witcert_adapters.demo.run`).
 

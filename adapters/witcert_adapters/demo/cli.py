@@ -1,4 +1,5 @@
-"""The demo's command line: ``python -m witcert_adapters.demo [--threshold TAU] [--repair] --out DIR``.
+"""The demo's command line: ``python -m witcert_adapters.demo [--threshold TAU] [--verbose]
+[--repair] --out DIR``.
 
 Main declarations
 -----------------
@@ -43,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bands", type=int, default=BANDS,
                         help="witness bands per key (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print each request's block (per-layer readings, ledger, gate, "
+                             "page-in), which report.txt always holds")
     parser.add_argument("--repair", action="store_true",
                         help="instead, measure the repairing gate (page-in from an exact backing "
                              "store) and write repair.json")
@@ -53,5 +57,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_repair(args.out, threshold=args.threshold, threads=args.threads)
         return 0
     run_demo(args.out, schemes=tuple(args.schemes), threads=args.threads,
-             threshold=args.threshold, bands=args.bands)
+             threshold=args.threshold, bands=args.bands, verbose=args.verbose)
     return 0

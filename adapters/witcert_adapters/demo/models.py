@@ -116,11 +116,20 @@ def load_smollm2(*, cache_dir: Path | None = None) -> tuple[Any, Any]:
     _offline()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging
 
     target = _converted(cache_dir)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(target), dtype=torch.float32, attn_implementation="eager"
-    )
+    # transformers' weight-loading bar would stay on the terminal beside the demo's own.
+    bars: Any = logging  # its switches are untyped
+    shown = bool(bars.is_progress_bar_enabled())
+    bars.disable_progress_bar()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(target), dtype=torch.float32, attn_implementation="eager"
+        )
+    finally:
+        if shown:
+            bars.enable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(str(target))
     model.train(False)
     return model, tokenizer

@@ -1,19 +1,28 @@
 """The demo's report: the text printed per request and per scheme, and its JSON form.
 
-Every function here formats values computed elsewhere (a page-in plan is the one thing
-computed here, from the run's final query row); the text is what ``report.txt`` holds and
-what the README excerpt is cut from, so its format is part of the demo's output.
+Every function here formats values computed elsewhere (a page-in plan and a request's
+violation count are the things computed here, from the run's records); the text is what
+``report.txt`` holds, what the terminal shows and what the README block is cut from, so its
+format is part of the demo's output.
+
+``report.txt`` holds the header, one block per request (per-layer readings, output bound,
+Tier B, ledger, gate, page-in), the summary with one line per request, the measured table and
+the wall time. The terminal shows the same without the per-request blocks
+(:func:`terminal_lines`); ``--verbose`` prints all of it.
 
 Main declarations
 -----------------
-- Text: :func:`header_lines`, :func:`request_lines`, :func:`output_line`, :func:`tier_b_line`,
-  :func:`page_in_line`, :func:`table_lines`, :func:`wall_line`.
+- Text: :func:`header_lines`, :func:`request_lines`, :func:`summary_line`,
+  :func:`summary_lines`, :func:`output_line`, :func:`tier_b_line`, :func:`page_in_line`,
+  :func:`table_lines`, :func:`wall_line`, :func:`where_line`, :func:`terminal_lines`;
+  :func:`violations`.
 - JSON: :data:`Json`, :func:`request_json`, :func:`scheme_json`, :func:`report_json`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TypeAlias
 
 import numpy as np
@@ -25,9 +34,11 @@ from witcert_adapters.demo.tally import SchemeRow
 from witcert_adapters.live_run import LiveRun
 from witcert_adapters.readings import coverage
 from witcert_calculus import block_summary, page_in_order
+from witcert_calculus.errors import InvalidValueError
 
 __all__ = ["Json", "header_lines", "output_line", "page_in_line", "report_json", "request_json",
-           "request_lines", "scheme_json", "table_lines", "tier_b_line", "wall_line"]
+           "request_lines", "scheme_json", "summary_line", "summary_lines", "table_lines",
+           "terminal_lines", "tier_b_line", "violations", "wall_line", "where_line"]
 
 Json: TypeAlias = "dict[str, Json] | list[Json] | str | int | float | bool | None"
 """A JSON value as :func:`json.dumps` writes it."""
@@ -45,7 +56,7 @@ def header_lines(settings: DemoSettings, *, load_s: float) -> list[str]:
 
     Example:
         >>> header_lines(DemoSettings(), load_s=1.25)[1]
-        'threshold for coverage: meter <= 0.2; 8 teacher-forced decode steps per prompt; 4 witness bands per key; model load 1.2 s'
+        'threshold for coverage: meter <= 0.2; 8 teacher-forced decode steps per prompt; 8 witness bands per key; model load 1.2 s'
     """
     return [f"WitCert live meters on {MODEL_TITLE}",
             f"threshold for coverage: meter <= {settings.threshold}; {settings.decode_steps} "
@@ -73,6 +84,56 @@ def page_in_line(run: LiveRun, threshold: float) -> str:
     return (f"worst final-step cell: layer {layer}, head {head}, meter {value:.4f}; paging in "
             f"{len(plan.order)} of {mass.size} blocks of 4 tokens {list(plan.order)[:8]} brings the "
             f"e-form from {plan.eform_before:.4g} to {plan.eform_after:.4g} (threshold {threshold})")
+
+
+def _tier_b_coverage(run: LiveRun, plen: int, threshold: float) -> float | None:
+    # Decode-step cells at or below the threshold under the Tier-B bound; None without Tier B.
+    hits = cells = 0
+    for layer in run.tier_b_layers:
+        sel = run.read(layer).positions >= plen
+        b = run.reported_tier_b(layer)[..., sel]
+        hits += int((b <= threshold).sum())
+        cells += b.size
+    return hits / cells if cells else None
+
+
+def violations(run: LiveRun) -> int:
+    """Audited cells whose true TV exceeds the reported bound, Tier A and Tier B together.
+
+    Raises:
+        InvalidValueError: a metered layer without an audit (the demo always audits).
+    """
+    n = 0
+    for layer in run.layers:
+        rec = run.records[layer]
+        if rec.audit is None:
+            raise InvalidValueError(f"layer {layer}", None, "has no audit record")
+        tv = rec.audit.true_tv
+        n += int((tv > run.reported(layer)).sum())
+        if rec.tier_b is not None:
+            n += int((tv > rec.tier_b.reported()).sum())
+    return n
+
+
+def summary_line(result: RequestResult, *, threshold: float) -> str:
+    """One request in one line: scheme, prompt, decode-step coverage (Tier A, and Tier B where
+    the scheme has it), the ledger's verdict, the acceptance gate and the audited violations."""
+    run, ref = result.run, result.reference
+    cov = coverage(run, threshold=threshold, min_position=ref.prompt_len)
+    b = _tier_b_coverage(run, ref.prompt_len, threshold)
+    tier_b = f"  B {b:.3f}" if b is not None else " " * 9
+    v = result.verdict
+    gate = "accepted" if v.accepted else f"rejected at {v.failed_stage}"
+    return (f"  {result.request_id:>3d}  {result.scheme:<18s}  {ref.prompt!r:<33s}  coverage "
+            f"{cov:.3f}{tier_b}  {result.ledger.tier.name:<19s}  {gate}  violations "
+            f"{violations(run)}")
+
+
+def summary_lines(lines: Sequence[str], *, threshold: float) -> list[str]:
+    """The summary: a title, then the requests' :func:`summary_line` in order, then a blank."""
+    return [f"Requests (decode-step coverage at tau {threshold}: Tier A, and B for Tier B; the "
+            "ledger's verdict; the acceptance gate; audited cells above their bound):",
+            *lines, ""]
 
 
 def tier_b_line(run: LiveRun, plen: int, threshold: float) -> str:
@@ -205,6 +266,32 @@ def table_lines(rows: Sequence[SchemeRow], *, rho: float, settings: DemoSettings
 def wall_line(wall_s: float) -> str:
     """The report's last line: the wall time."""
     return f"wall time {wall_s:.1f} s"
+
+
+def where_line(out: Path) -> str:
+    """Where the run's files are (the terminal's last line).
+
+    Example:
+        >>> where_line(Path("out/demo")).split("; ")
+        ['full report (one block per request): out/demo/report.txt', 'JSON: out/demo/report.json',
+         'entry traces: out/demo/traces/SCHEME.jsonl', 'plot: out/demo/coverage.png']
+    """
+    return (f"full report (one block per request): {out / 'report.txt'}; JSON: "
+            f"{out / 'report.json'}; entry traces: {out / 'traces'}/SCHEME.jsonl; plot: "
+            f"{out / 'coverage.png'}")
+
+
+def terminal_lines(shown: Sequence[str], *, wall_s: float, out: Path) -> list[str]:
+    """What the demo prints: the ``shown`` part of the report (``report.txt`` without the
+    per-request blocks, unless verbose), then one line with the wall time and where the files
+    are.
+
+    Example:
+        >>> lines = terminal_lines(["title", "", "table"], wall_s=2.0, out=Path("o"))
+        >>> lines[:3], lines[3][:56]
+        (['title', '', 'table'], 'wall time 2.0 s; full report (one block per request): o/')
+    """
+    return [*shown, f"{wall_line(wall_s)}; {where_line(out)}"]
 
 
 def request_json(result: RequestResult, *, page_in: str) -> Json:

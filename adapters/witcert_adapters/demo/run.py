@@ -33,7 +33,10 @@ from witcert_adapters.demo.report import (
     report_json,
     request_json,
     request_lines,
+    summary_line,
+    summary_lines,
     table_lines,
+    terminal_lines,
     wall_line,
 )
 from witcert_adapters.demo.settings import (
@@ -62,6 +65,7 @@ class SchemeReport:
         row: its row of the measured table.
         per_layer: per layer, the covered fraction of decode-step cells.
         lines: the report's block of every request, in order.
+        summary: the one-line summary of every request, in order.
         requests: the JSON entry of every request, in order.
         trace: per decode step of every request, the reported Tier-A meter of each
             (layer, head) cell, with its ``(request, step)`` label (an entry trace,
@@ -71,6 +75,7 @@ class SchemeReport:
     row: SchemeRow
     per_layer: list[float]
     lines: tuple[str, ...]
+    summary: tuple[str, ...]
     requests: tuple[Json, ...]
     trace: tuple[tuple[tuple[str, int], FloatArray], ...]
 
@@ -110,6 +115,7 @@ def measure_scheme(model: Any, ledger: RiskLedger, scheme: str, refs: Sequence[R
     """
     tally = SchemeTally.start(scheme, layers=int(model.config.num_hidden_layers))
     lines: list[str] = []
+    summary: list[str] = []
     requests: list[Json] = []
     trace: list[tuple[tuple[str, int], FloatArray]] = []
     for ref in refs:
@@ -118,9 +124,10 @@ def measure_scheme(model: Any, ledger: RiskLedger, scheme: str, refs: Sequence[R
         tally.add(result, threshold=settings.threshold)
         page = page_in_line(result.run, settings.threshold)
         lines += request_lines(result, threshold=settings.threshold, page_in=page)
+        summary.append(summary_line(result, threshold=settings.threshold))
         requests.append(request_json(result, page_in=page))
     return SchemeReport(tally.row(head_dim=int(model.config.head_dim)), tally.per_layer(),
-                        tuple(lines), tuple(requests), tuple(trace))
+                        tuple(lines), tuple(summary), tuple(requests), tuple(trace))
 
 
 def _write(out: Path, lines: Sequence[str], report: Json, per_layer: dict[str, list[float]],
@@ -138,11 +145,14 @@ def _write(out: Path, lines: Sequence[str], report: Json, per_layer: dict[str, l
 
 def run_demo(out: Path, *, schemes: tuple[str, ...] = DEMO_SCHEMES,
              prompts: tuple[str, ...] = PROMPTS, continuation: int = CONTINUATION,
-             threshold: float = THRESHOLD, threads: int = 1, bands: int = BANDS) -> Json:
+             threshold: float = THRESHOLD, threads: int = 1, bands: int = BANDS,
+             verbose: bool = False) -> Json:
     """Run the demo and write ``report.txt``, ``report.json``, ``coverage.png`` and one entry
     trace per scheme, ``traces/SCHEME.jsonl`` (``witcert ledger replay`` reads it), into ``out``.
 
-    The report is also printed.
+    Prints what a person reads: one line per request, the measured table with the operating
+    point, the wall time and where the files are; the per-request blocks (per-layer readings,
+    ledger, gate, page-in) go to ``report.txt`` only, unless ``verbose``.
 
     Args:
         out: the output folder (created if missing).
@@ -152,6 +162,7 @@ def run_demo(out: Path, *, schemes: tuple[str, ...] = DEMO_SCHEMES,
         threshold: the coverage threshold tau, in ``(0, 1)``.
         threads: torch CPU threads.
         bands: witness bands per key.
+        verbose: print the whole report, the per-request blocks included.
 
     Returns:
         The JSON-ready report (what ``report.json`` holds).
@@ -167,25 +178,27 @@ def run_demo(out: Path, *, schemes: tuple[str, ...] = DEMO_SCHEMES,
     torch.set_num_threads(settings.threads)
     t0 = time.perf_counter()
     model, tokenizer = load_smollm2()
-    lines = header_lines(settings, load_s=time.perf_counter() - t0)
+    header = header_lines(settings, load_s=time.perf_counter() - t0)
     refs = greedy_references(model, tokenizer, settings.prompts,
                              continuation=settings.continuation)
     ledger = RiskLedger()
     measured = [measure_scheme(model, ledger, scheme, refs, settings)
                 for scheme in tqdm(settings.schemes, desc="witcert demo", unit="scheme",
                                    leave=False)]
-    for m in measured:
-        lines += m.lines
+    blocks = [ln for m in measured for ln in m.lines]
+    summary = summary_lines([ln for m in measured for ln in m.summary],
+                            threshold=settings.threshold)
     rows = [m.row for m in measured]
     rho = spearman([r.coverage for r in rows], [r.kl for r in rows])
     fp16_bytes = 2.0 * int(model.config.head_dim)
-    lines += table_lines(rows, rho=rho, settings=settings, fp16_bytes=fp16_bytes)
+    table = table_lines(rows, rho=rho, settings=settings, fp16_bytes=fp16_bytes)
     wall = time.perf_counter() - t0
-    lines.append(wall_line(wall))
+    lines = [*header, *blocks, *summary, *table, wall_line(wall)]
     per_layer = {m.row.scheme: m.per_layer for m in measured}
     report = report_json(settings, requests=[r for m in measured for r in m.requests],
                          rows=rows, rho=rho, per_layer=per_layer, wall_s=wall,
                          fp16_bytes=fp16_bytes)
     _write(out, lines, report, per_layer, settings.threshold, measured)
-    print("\n".join(lines))
+    shown = [*header, *blocks, *summary, *table] if verbose else [*header, *summary, *table]
+    print("\n".join(terminal_lines(shown, wall_s=wall, out=out)))
     return report
