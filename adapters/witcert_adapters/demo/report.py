@@ -30,11 +30,10 @@ import numpy as np
 from witcert_adapters.demo.replay import RequestResult
 from witcert_adapters.demo.settings import DELTA_REQ, MODEL_NAME, MODEL_TITLE, OPERATING_POINT, \
     DemoSettings
-from witcert_adapters.demo.tally import SchemeRow
+from witcert_adapters.demo.tally import SchemeRow, audited_violations
 from witcert_adapters.live_run import LiveRun
 from witcert_adapters.readings import coverage
 from witcert_calculus import block_summary, page_in_order
-from witcert_calculus.errors import InvalidValueError
 
 __all__ = ["Json", "header_lines", "output_line", "page_in_line", "report_json", "request_json",
            "request_lines", "scheme_json", "summary_line", "summary_lines", "table_lines",
@@ -98,21 +97,13 @@ def _tier_b_coverage(run: LiveRun, plen: int, threshold: float) -> float | None:
 
 
 def violations(run: LiveRun) -> int:
-    """Audited cells whose true TV exceeds the reported bound, Tier A and Tier B together.
+    """Audited cells whose true TV exceeds the reported bound, Tier A and Tier B together
+    (:func:`~witcert_adapters.demo.tally.audited_violations` summed over the layers).
 
     Raises:
         InvalidValueError: a metered layer without an audit (the demo always audits).
     """
-    n = 0
-    for layer in run.layers:
-        rec = run.records[layer]
-        if rec.audit is None:
-            raise InvalidValueError(f"layer {layer}", None, "has no audit record")
-        tv = rec.audit.true_tv
-        n += int((tv > run.reported(layer)).sum())
-        if rec.tier_b is not None:
-            n += int((tv > rec.tier_b.reported()).sum())
-    return n
+    return sum(sum(audited_violations(run, layer)) for layer in run.layers)
 
 
 def summary_line(result: RequestResult, *, threshold: float) -> str:

@@ -3,7 +3,8 @@
 Main declarations
 -----------------
 - :class:`SchemeTally` (one scheme's requests, accumulated) and :class:`SchemeRow` (its
-  row of the measured table).
+  row of the measured table); :func:`audited_violations` (one layer's audited cells above
+  their bounds).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import numpy as np
 import numpy.typing as npt
 
 from witcert_adapters.demo.replay import RequestResult
+from witcert_adapters.live_run import LiveRun
 from witcert_adapters.schemes import get_scheme
 from witcert_calculus.errors import InvalidValueError
 
-__all__ = ["SchemeRow", "SchemeTally"]
+__all__ = ["SchemeRow", "SchemeTally", "audited_violations"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -88,6 +90,21 @@ def _flags() -> list[bool]:
     return []
 
 
+def audited_violations(run: LiveRun, layer: int) -> tuple[int, int]:
+    """One layer's audited cells whose true TV exceeds the reported Tier-A bound, and the
+    reported Tier-B bound (0 without Tier B).
+
+    Raises:
+        InvalidValueError: the layer has no audit record (the demo always audits).
+    """
+    rec = run.records[layer]
+    if rec.audit is None:
+        raise InvalidValueError(f"layer {layer}", None, "has no audit record")
+    tv = rec.audit.true_tv
+    above_b = 0 if rec.tier_b is None else int((tv > rec.tier_b.reported()).sum())
+    return int((tv > run.reported(layer)).sum()), above_b
+
+
 @dataclass(slots=True)
 class SchemeTally:
     """One scheme's requests, accumulated in order (mutable; one per scheme).
@@ -148,15 +165,15 @@ class SchemeTally:
         self.verdicts.append("accepted" if v.accepted else f"rejected at {v.failed_stage}")
         for layer in run.layers:
             rec = run.records[layer]
-            if rec.audit is None:
-                raise InvalidValueError(f"layer {layer}", None, "has no audit record")
+            above, above_b = audited_violations(run, layer)
+            assert rec.audit is not None  # audited_violations raised otherwise
             sel = run.read(layer).positions >= plen
             rep = run.reported(layer)[..., sel]
             self.hits[layer] += (rep <= threshold).sum()
             self.cells[layer] += rep.size
             tv = rec.audit.true_tv
             self.max_true_tv = max(self.max_true_tv, float(tv.max()))
-            self.violations += int((tv > run.reported(layer)).sum())
+            self.violations += above
             out = run.read(layer).output_cells(threshold=threshold, min_position=plen)
             if out is not None:
                 self.out_cells += out[0]
@@ -166,7 +183,7 @@ class SchemeTally:
                 rep_b = rec.tier_b.reported()
                 self.b_hits += int((rep_b[..., sel] <= threshold).sum())
                 self.b_cells += int(rep_b[..., sel].size)
-                self.b_violations += int((tv > rep_b).sum())
+                self.b_violations += above_b
                 self.b_delta_loc = max(self.b_delta_loc, float(rec.tier_b.delta_loc.max()))
                 fixed = rec.tier_b.fixed_meter
                 if fixed is not None:
