@@ -16,6 +16,11 @@ The fp8 benchmark's two tables are stored and shown whole the same way:
     .venv/bin/python benchmarks/bench_vllm_fp8.py repair > out/fp8_repair.txt
     .venv/bin/python scripts/render_readme.py --fp8-repair out/fp8_repair.txt
 
+and so is the live plugin's cost table:
+
+    .venv/bin/python benchmarks/bench_vllm_live.py --host both > out/vllm_cost.txt
+    .venv/bin/python scripts/render_readme.py --vllm-cost out/vllm_cost.txt
+
 ``docs/demo_report.txt`` stores the whole ``report.txt`` (the timings left out); the README
 shows what the demo prints in the terminal: the report without its per-request blocks (one
 line per request, the measured table, the operating point). ``tests/test_readme.py`` fails
@@ -35,7 +40,8 @@ PLATFORM = ROOT / "docs" / "demo_report.platform"
 #: Reports shown whole: option -> (stored report, its platform, README marker name).
 WHOLE = {"--vllm": ("vllm_demo_report", "vllm-demo"),
          "--fp8-coverage": ("vllm_fp8_coverage", "vllm-fp8-coverage"),
-         "--fp8-repair": ("vllm_fp8_repair", "vllm-fp8-repair")}
+         "--fp8-repair": ("vllm_fp8_repair", "vllm-fp8-repair"),
+         "--vllm-cost": ("vllm_cost", "vllm-cost")}
 NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 

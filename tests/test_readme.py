@@ -50,7 +50,8 @@ def test_demo_report_in_readme_is_the_stored_one() -> None:
     assert _render().readme_block(text) in README.read_text()
 
 
-@pytest.mark.parametrize("option", ["--vllm", "--fp8-coverage", "--fp8-repair"])
+@pytest.mark.parametrize("option", ["--vllm", "--fp8-coverage", "--fp8-repair",
+                                    "--vllm-cost"])
 def test_whole_reports_in_readme_are_the_stored_ones(option: str) -> None:
     render = _render()
     stem, marker = render.WHOLE[option]

@@ -35,6 +35,8 @@ Main declarations
 - :func:`format_logit_bound`: ``c_t = scale * sum_c |q_c| * w_{t,c}`` from per-channel format
   witnesses (the box bound), an established :class:`~witcert_calculus.meters.witness.LogitBound`;
   :func:`format_witness`: those witnesses from stored fp8 codes.
+- :func:`exact_logit_bound`: ``c_t = 0`` for keys the cache holds exactly (the box bound of a
+  zero witness, without its product), established.
 - :func:`tv_bounds_batch`: every TV form as a :class:`witcert_calculus.meters.tv_forms.TVBatch`,
   with the :class:`~witcert_calculus.meters.tv_forms.TVBasis` its readings' evidence comes from;
   :func:`tv_meter_batch` (:class:`TVMeter`): the meter ``min(e-form, two-sided)`` alone;
@@ -78,6 +80,7 @@ from witcert_calculus.meters.witness import _tier_a_evidence  # pyright: ignore[
 __all__ = [
     "TVMeter",
     "band_norms",
+    "exact_logit_bound",
     "format_logit_bound",
     "format_witness",
     "l2_norm",
@@ -384,6 +387,48 @@ def format_logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: flo
     return _establish(values.reshape(*batch, *rows, int(w.shape[-2])), evidence=evidence,
                       delta=Fraction(0), source="witcert_kernels.meter.format_logit_bound",
                       add=_add_bounds, checks=((BOX_PREMISE, (w >= 0).all()),))
+
+
+EXACT_PREMISE = ("w[t, c] = 0 for every token and channel: the cache holds every visible key "
+                 "exactly (its stored elements equal the model's key, checked bit for bit "
+                 "when written)")
+"""The premise of :func:`exact_logit_bound`, whose truth the caller computes."""
+
+
+def exact_logit_bound(query: torch.Tensor, tokens: int, *, scale: float,
+                      stored_exactly: object) -> LogitBound[torch.Tensor]:
+    """``c_t = 0`` for keys the cache holds exactly, established.
+
+    A key stored exactly has a zero residual, so its per-channel witness is ``w = 0`` and
+    the box bound (Lean ``WitCert.Formats.box_logit_bound_sound``) gives
+    ``|eps_t| <= scale * sum_c |q_c| * 0 = 0``: the product of
+    :func:`format_logit_bound` is known without computing it (exact, no rounding). The
+    values are a zero tensor expanded to ``[*rows, tokens]`` (no memory per token).
+
+    Args:
+        query: ``[*rows, d]`` the queries (their shape and head dimension only).
+        tokens: the visible tokens ``S`` of every row.
+        scale: the attention's softmax scale (positive, finite).
+        stored_exactly: the truth of :data:`EXACT_PREMISE`, computed by the caller (a
+            ``bool`` or a 0-d boolean tensor, read when a reading's evidence is built).
+
+    Raises:
+        InvalidValueError: a bad scale or a negative token count.
+
+    Example:
+        >>> c = exact_logit_bound(torch.ones(2, 4), 3, scale=0.5, stored_exactly=True)
+        >>> (tuple(c.values.shape), float(c.values.max()))
+        ((2, 3), 0.0)
+    """
+    sc = real("scale", scale, lo=0.0, lo_open=True)
+    if tokens < 0:
+        raise InvalidValueError("tokens", tokens, "must be >= 0")
+    rows = tuple(int(n) for n in query.shape[:-1])
+    values = torch.zeros((), dtype=_F64, device=query.device).expand(*rows, tokens)
+    evidence = box_evidence(scale=sc, channels=int(query.shape[-1]), witness_ok=None)
+    return _establish(values, evidence=evidence, delta=Fraction(0),
+                      source="witcert_kernels.meter.exact_logit_bound", add=_add_bounds,
+                      checks=((EXACT_PREMISE, stored_exactly),))
 
 
 def _add_bounds(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

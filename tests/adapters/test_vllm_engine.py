@@ -5,7 +5,7 @@ each engine is a subprocess (:func:`witcert_adapters.vllm_plugin.launch.run_offl
 battery of prompts is served by the unpatched engine (no plugin loaded), with the plugin
 loaded and switched off, switched on with audit on the bfloat16 cache (both TV forms), and
 on vLLM's fp8 (e4m3) cache, metered and with the gate that repairs, audited; an e5m2 cache
-serves one prompt. A long prompt is prefilled in chunks (``max_num_batched_tokens=64``)
+serves one prompt, metered by the cascade. A long prompt is prefilled in chunks (``max_num_batched_tokens=64``)
 while a short one decodes, so some steps mix a decode row with a prefill chunk. Another
 engine starts with a malformed switch and must refuse to start. The fp8 writer itself is
 measured byte for byte against the plugin's model (``engine/fp8_checks.py``), and the
@@ -58,7 +58,7 @@ def runs(model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dic
         "fp8-repair": run_offline(repair, model=model, kv="fp8", prompts=PROMPTS,
                                   max_tokens=TOKENS, extra=CHUNKED),
         "e5m2": run_offline(PluginConfig(store=store.with_name("e5m2.sqlite"), tau=0.1,
-                                         audit=True), model=model, kv="fp8_e5m2",
+                                         audit=True, form="cascade"), model=model, kv="fp8_e5m2",
                             prompts=PROMPTS[:1], max_tokens=4)}
     return {
         **served,
@@ -143,6 +143,9 @@ def test_fp8_is_metered_below_bf16_and_repaired_to_tau(
     (e5m2,) = _mine(runs["e5m2"])
     assert e5m2["kv_cache_dtype"] == "fp8_e5m2" and e5m2["failure"] is None
     assert e5m2["gate"]["accepted"] and e5m2["violations"] == 0 and e5m2["true_max"] > 0
+    # ... metered by the cascade, every cell audited
+    assert e5m2["form"] == "cascade" and e5m2["audited"] == e5m2["cells"]
+    assert 0 <= e5m2["by_tanh"] <= e5m2["cells"]
 
 
 @FP8
@@ -214,6 +217,14 @@ def test_monitor_fails_a_stale_reader_closed_and_refuses_an_unmetered_backend(
                           check=True)
     verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
     fp8 = verdicts.pop("fp8")
+    cascade = verdicts.pop("cascade")
+    v = cascade["verdict"]
+    assert v["form"] == "cascade" and v["tier"] == "CERTIFIED" and v["gate"]["accepted"]
+    assert v["cells"] == 4 * 2 * 4 and v["by_tanh"] == v["cells"] == v["covered"]
+    assert v["worst"]["meter"] == 0.0
+    assert v["audited"] == v["cells"] and v["violations"] == 0 and v["true_max"] == 0.0
+    assert cascade["float32 keys"].startswith("EngineMismatchError: key dtype (layer 0)")
+    assert "torch.float32" in cascade["float32 keys"]
     assert fp8["startup"].startswith("EngineMismatchError: KV cache key bytes (layer 1, slot 130, "
                                      "kv head 1, channel 5)")
     assert "refusing to serve unmetered" in fp8["startup"]

@@ -18,13 +18,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from witcert_adapters.vllm_plugin.config import PluginConfig, from_environ
 from witcert_adapters.vllm_plugin.launch import STEP_TIMEOUT_S, engine_env
-from witcert_adapters.vllm_plugin.meter import SUMMARY, KeySide, StepMeter, meter_step, \
-    write_witnesses
-from witcert_adapters.vllm_plugin.paged import CacheFormat, StepLayout, cache_format, \
-    stored_keys, visible_keys
+from witcert_adapters.vllm_plugin.meter import SUMMARY, KeySide, StepMeter, meter_layer, \
+    meter_layers, meter_step, write_witnesses
+from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, StepLayout, \
+    cache_format, stored_elements, stored_keys, visible_keys
 from witcert_adapters.vllm_plugin.quantizer import ROUNDING, engine_codes
 from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, external_id
@@ -42,7 +44,30 @@ H = KVH * G
 
 
 def _cache(layers: int, blocks: int, dtype: torch.dtype) -> list[torch.Tensor]:
-    return [torch.zeros(blocks, KVH, BS, 2 * D, dtype=dtype) for _ in range(layers)]
+    # as vLLM allocates them: every layer's cache a view into one buffer (nonzero offsets)
+    size = blocks * KVH * BS * 2 * D
+    buffer = torch.zeros(layers * size + 7, dtype=dtype)
+    return [buffer[7 + i * size:7 + (i + 1) * size].view(blocks, KVH, BS, 2 * D)
+            for i in range(layers)]
+
+
+@pytest.mark.parametrize("layout", [CacheLayout.VEC, CacheLayout.AMX])
+def test_stored_elements_read_caches_that_share_one_buffer(layout: CacheLayout) -> None:
+    """Caches that are views into one buffer at nonzero offsets read as separate copies do,
+    element for element, keys and values, slot-major and heads-first."""
+    shared = _cache(3, 4, torch.bfloat16)
+    for c in shared:
+        c.copy_(torch.randn(c.shape).to(torch.bfloat16))
+    assert shared[1].storage_offset() > 0
+    copies = [c.clone() for c in shared]
+    for slots in (torch.tensor([0, 5, 17, 63]), torch.tensor([[3, 9], [60, 2]])):
+        for part in (0, 1):
+            for heads_first in (False, True):
+                got = stored_elements(shared, slots, layout=layout, part=part,
+                                      heads_first=heads_first)
+                want = stored_elements(copies, slots, layout=layout, part=part,
+                                       heads_first=heads_first)
+                assert torch.equal(got, want)
 
 
 def _write(cache: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor,
@@ -70,7 +95,7 @@ class _Engine:
         self.fmt = fmt
         dtype = torch.bfloat16 if fmt is CacheFormat.MODEL_DTYPE else torch.uint8
         self.caches = _cache(layers, blocks, dtype)
-        self.scales = [0.5, 0.25][:layers]
+        self.scales = [0.5, 0.25, 0.375][:layers]
         self.layers = layers
         self.exact: dict[int, torch.Tensor] = {}
         self.buffer = SlotWitnesses(layers=layers, slots=blocks * BS, kv_heads=KVH, bands=B,
@@ -261,6 +286,131 @@ def test_the_cheap_form_needs_no_keys_and_is_sound() -> None:
     with pytest.raises(InvalidValueError, match="needs the stored keys"):
         meter_step(lay, sides=_sides(eng, lay, None, audit=False),
                    **common)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("tau", [0.1, 0.25, 0.5])  # the cells' tanh(max c): 0.13 .. 0.37
+def test_the_cascade_meters_only_cells_tanh_leaves_above_tau(tau: float) -> None:
+    """Each cell: tanh(max c) where it is <= tau, else the smaller of it and the meter; the
+    same coverage as the better of the two forms cell by cell, each cell's form counted,
+    never below the audited true TV."""
+    eng = _Engine(CacheFormat.FP8_E4M3)
+    lay, queries = _mixed_step(eng)
+    keys = visible_keys(eng.caches, lay.slots, fmt=eng.fmt, k_scales=eng.scales)
+    common = dict(queries=queries, kv_heads=KVH, scale=D ** -0.5, layout=RopeLayout.HALF_SPLIT,
+                  tau=tau)
+    sides = _sides(eng, lay, keys)
+    meter = meter_step(lay, sides=sides, **common)  # type: ignore[arg-type]
+    tanh = meter_step(lay, sides=sides, form="tanh", **common)  # type: ignore[arg-type]
+    cascade = meter_step(lay, sides=sides, form="cascade", **common)  # type: ignore[arg-type]
+    low = tanh.meter <= tau
+    want = torch.where(low, tanh.meter, torch.minimum(tanh.meter, meter.meter))
+    assert torch.equal(cascade.meter, want)
+    col = {name: SUMMARY.index(name) for name in ("covered", "by_tanh", "violations")}
+    assert cascade.summary[:, col["covered"]].sum() == \
+        (torch.minimum(tanh.meter, meter.meter).clamp(max=1.0) <= tau).sum()
+    by_tanh = low | (tanh.meter <= meter.meter)
+    assert cascade.summary[:, col["by_tanh"]].sum() == by_tanh.sum()
+    assert cascade.summary[:, col["violations"]].sum() == 0
+    assert meter.summary[:, col["by_tanh"]].sum() == 0
+    assert tanh.summary[:, col["by_tanh"]].sum() == tanh.meter.numel()
+    assert {0.1: not low.any(), 0.25: low.any() and not low.all(), 0.5: low.all()}[tau]
+    needed = bool((~low).any())
+    assert cascade.theorems == ((SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+                                if needed else (SOFTMAX_TV_TANH_SOUND,))
+    assert cascade.basis.evidence(*cascade.theorems) is not None
+    if needed:  # a cell above tau without the keys to meter it
+        with pytest.raises(InvalidValueError, match="needs the stored keys"):
+            meter_step(lay, sides=_sides(eng, lay, None, audit=False), form="cascade",
+                       **common)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match="tau"):
+        meter_layer(lay, queries=queries[0], side=sides[0], kv_heads=KVH, scale=D ** -0.5,
+                    layout=RopeLayout.HALF_SPLIT, form="cascade")
+
+
+def test_a_cache_stored_exactly_meters_zero_without_reading_a_key() -> None:
+    """A model-dtype cache: every bound is 0 (the box bound of a zero witness), so the
+    cascade reads no key and every cell is tanh(0) = 0; the audit agrees; the premise's
+    truth is the caller's computation, and a false one refuses the evidence."""
+    from witcert_calculus.errors import PremiseError
+
+    eng = _Engine(CacheFormat.MODEL_DTYPE)
+    lay, queries = _mixed_step(eng)
+    common = dict(queries=queries, kv_heads=KVH, scale=D ** -0.5, layout=RopeLayout.HALF_SPLIT,
+                  tau=0.1, form="cascade")
+    assert eng.buffer.exact is not None
+    bare = [KeySide(None, None, stored_exactly=True) for _ in range(eng.layers)]
+    m = meter_step(lay, sides=bare, **common)  # type: ignore[arg-type]
+    assert float(m.meter.abs().max()) == 0.0 and m.theorems == (SOFTMAX_TV_TANH_SOUND,)
+    assert m.summary[:, SUMMARY.index("by_tanh")].tolist() == \
+        m.summary[:, SUMMARY.index("cells")].tolist()
+    assert "exactly" in str(m.basis.evidence(*m.theorems))
+    keys = visible_keys(eng.caches, lay.slots, fmt=eng.fmt, k_scales=eng.scales)
+    audited = meter_step(lay, sides=[KeySide(keys[i], None, exact=eng.buffer.exact[i, lay.slots],
+                                             stored_exactly=True) for i in range(eng.layers)],
+                         **common)  # type: ignore[arg-type]
+    assert audited.summary[:, SUMMARY.index("violations")].sum() == 0
+    assert audited.summary[:, SUMMARY.index("true_max")].max() == 0.0
+    false = meter_step(lay, sides=[KeySide(None, None, stored_exactly=False)] * eng.layers,
+                       **common)  # type: ignore[arg-type]
+    with pytest.raises(PremiseError, match="holds every visible key exactly"):
+        false.basis.evidence(*false.theorems)
+    # the exact bound on an fp8 cache (a false premise) is what the audit would catch
+    fp8 = _Engine(CacheFormat.FP8_E4M3)
+    lay8, q8 = _mixed_step(fp8)
+    keys8 = visible_keys(fp8.caches, lay8.slots, fmt=fp8.fmt, k_scales=fp8.scales)
+    assert fp8.buffer.exact is not None
+    lying = meter_step(lay8, queries=q8, kv_heads=KVH, scale=D ** -0.5,
+                       layout=RopeLayout.HALF_SPLIT, tau=0.1, form="cascade",
+                       sides=[KeySide(keys8[i], None, exact=fp8.buffer.exact[i, lay8.slots],
+                                      stored_exactly=True) for i in range(fp8.layers)])
+    assert lying.summary[:, SUMMARY.index("violations")].sum() > 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 2 * BS - 5)), min_size=1,
+                     max_size=3),
+       form=st.sampled_from(["meter", "tanh", "cascade"]), fp8=st.booleans(),
+       layers=st.integers(1, 3), seed=st.integers(0, 2 ** 16))
+def test_layers_metered_in_one_pass_equal_each_layer_alone(
+        rows: list[tuple[int, int]], form: str, fp8: bool, layers: int, seed: int) -> None:
+    """Ragged steps (decode rows, prefill chunks, first tokens), GQA, 1-3 layers, every form:
+    the layers' heads side by side give each layer's cells exactly as metered alone, and the
+    audit finds no violation."""
+    eng = _Engine(CacheFormat.FP8_E4M3 if fp8 else CacheFormat.MODEL_DTYPE, layers=layers)
+    eng.gen.manual_seed(seed)
+    q_lens = [q for q, _ in rows]
+    seq_lens = [q + before for q, before in rows]
+    tables = [[2 * r, 2 * r + 1] for r in range(len(rows))]
+    earlier = [t[p // BS] * BS + p % BS for (q, before), t in zip(rows, tables, strict=True)
+               for p in range(before)]
+    if earlier:
+        eng.write(earlier)
+    lay = _layout(q_lens, seq_lens, tables)
+    eng.write(lay.row_slot.tolist())
+    queries = torch.randn(layers, lay.rows, H, D, generator=eng.gen).to(torch.bfloat16)
+    keys = visible_keys(eng.caches, lay.slots, fmt=eng.fmt, k_scales=eng.scales)
+    assert eng.buffer.exact is not None
+    exact = eng.buffer.exact[:layers][:, lay.slots]
+    witnesses = eng.buffer.witness[:layers][:, lay.slots]
+    exactly = None if fp8 else True
+    common = dict(kv_heads=KVH, scale=D ** -0.5, layout=RopeLayout.HALF_SPLIT, form=form,
+                  tau=0.1)
+    together = meter_layers(lay, queries=queries, side=KeySide(keys, witnesses, exact=exact,
+                                                               stored_exactly=exactly),
+                            **common)  # type: ignore[arg-type]
+    for i in range(layers):
+        alone = meter_layer(lay, queries=queries[i], side=KeySide(
+            keys[i], witnesses[i], exact=exact[i], stored_exactly=exactly),
+            **common)  # type: ignore[arg-type]
+        assert torch.equal(together[i].meter, alone.meter)
+        assert together[i].true_tv is not None and alone.true_tv is not None
+        assert torch.equal(together[i].true_tv, alone.true_tv)
+        assert bool((alone.true_tv <= alone.meter.clamp(max=1.0)).all())
+        assert (together[i].by_tanh is None) == (alone.by_tanh is None)
+        if alone.by_tanh is not None:
+            assert together[i].by_tanh is not None
+            assert torch.equal(together[i].by_tanh, alone.by_tanh)
+    assert together[0].basis.evidence(*together[0].theorems) is not None
 
 
 def test_audit_catches_an_understated_witness() -> None:

@@ -34,7 +34,12 @@ items; ``store`` is required::
 - ``form``: the TV bound each cell reports. ``meter`` (default) is the library's meter
   ``min(e-form, two-sided)``, which weighs each token's logit bound by the compressed
   attention and so recomputes it from the stored keys; ``tanh`` is ``tanh(max_t c_t)``,
-  looser and much cheaper (no keys, no attention weights). Both are certified.
+  looser and much cheaper (no keys, no attention weights); ``cascade`` reports
+  ``tanh(max_t c_t)`` wherever it is already at most ``tau`` (a meter could not change that
+  cell's coverage) and the smaller of the two elsewhere, so the keys are read only when some
+  cell of a layer needs the meter (a model-dtype cache, whose bounds are all 0, never does).
+  Each verdict counts the cells whose value came from ``tanh(max_t c_t)`` (``by_tanh``).
+  All three are certified.
 
 Every malformed item is an :class:`~witcert_calculus.errors.InvalidValueError` that
 names it.
@@ -63,7 +68,7 @@ ENV_VAR: Final = "WITCERT_VLLM"
 """The environment variable that switches the plugin on and configures it."""
 
 _KEYS: Final = ("store", "tau", "bands", "format", "repair", "audit", "delta", "form")
-FORMS: Final = ("meter", "tanh")
+FORMS: Final = ("meter", "tanh", "cascade")
 """The TV bounds a cell can report (the ``form`` item)."""
 
 

@@ -42,12 +42,13 @@ import torch
 
 from witcert_adapters.repair import RepairPolicy
 from witcert_adapters.vllm_plugin.config import PluginConfig, active
-from witcert_adapters.vllm_plugin.meter import KeySide, LayerMeter, RowGroup, meter_layer, \
-    merge_bases, row_groups, summarize, write_witnesses
+from witcert_adapters.vllm_plugin.meter import KeySide, LayerMeter, RowGroup, distinct_bases, \
+    merge_bases, meter_layer, meter_layers, row_groups, side_by_side, step_theorems, summarize, \
+    write_witnesses
 from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, StepLayout, \
     cache_format, cache_layout, dequantize, layer_index, step_requests, stored_elements, \
     stored_keys
-from witcert_adapters.vllm_plugin.quantizer import ROUNDING, check_bytes, engine_codes, \
+from witcert_adapters.vllm_plugin.quantizer import ROUNDING, bits, check_bytes, engine_codes, \
     float32_scale
 from witcert_adapters.vllm_plugin.repair import Gate, LayerRepair
 from witcert_adapters.vllm_plugin.store import VerdictStore
@@ -172,7 +173,9 @@ class Monitor:
         self._metadata: Any = None
         self._step: _Step | None = None
         self._mismatch: str | None = None
-        self._checked: set[int] = set()
+        self._checked: set[int] = set()  # layers whose bytes were checked at least once
+        self._verified: set[int] = set()  # layers whose bytes of this step were checked
+        self._model_dtype_writes = True  # every write so far in the cache's own dtype
         self._scratch = [torch.empty(0, dtype=torch.float64)]
 
     # ----------------------------------------------------------------- registration
@@ -237,13 +240,13 @@ class Monitor:
     # ----------------------------------------------------------------- capture (per layer)
     def wrote(self, layer: int, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
               slot_mapping: torch.Tensor, k_scale: float, v_scale: float, isa: str) -> None:
-        """Capture a layer's written keys and values, and check the bytes the engine stored.
+        """Capture a layer's written keys and values (their stored bytes are checked,
+        every layer at once, before the layer is metered: :meth:`_check_writes`).
 
         Raises:
             EngineMismatchError: at a layer's first write (start-up), an ISA whose layout the
-                plugin does not read or bytes that differ from the model's (named by layer,
-                slot, kv head and channel). A later mismatch fails the step's requests
-                closed instead.
+                plugin does not read, a scale float32 does not hold, or keys a model-dtype
+                cache rounds without band witnesses.
         """
         n = int(slot_mapping.shape[0])
         if n == 0 or kv_cache.numel() == 0:
@@ -262,35 +265,58 @@ class Monitor:
                     raise EngineMismatchError(f"{what} scale (layer {layer})",
                                               "a positive finite scale float32 holds",
                                               repr(scale)) from exc
+        if self.fmt is not None and self.fmt.fp8 is None and key.dtype != kv_cache.dtype:
+            # the cache rounds the model's keys: only band witnesses bound that residual
+            if self.config.bands == 0 and layer not in self._checked:
+                raise EngineMismatchError(f"key dtype (layer {layer})",
+                                          f"the cache's {kv_cache.dtype} (stored exactly) or "
+                                          "band witnesses (bands >= 1)", str(key.dtype))
+            self._model_dtype_writes = False
         slots = slot_mapping.to(torch.int64)
         if self._slots is None:  # every layer of a step writes the same slots
             self._slots = slots.clone()
-        incoming = key[:n].clone()
-        values = value[:n].clone() if self.config.repair else value[:n]
-        try:
-            self._check_bytes(layer, incoming, values, kv_cache, slots, k_scale, v_scale)
-        except EngineMismatchError as exc:
-            if layer not in self._checked:
-                raise
-            self._mismatch = f"{type(exc).__name__}: {exc}"
-        self._checked.add(layer)
-        self._writes[layer] = (incoming, values)
+        self._writes[layer] = (key[:n].clone(), value[:n].clone())
         self._caches[layer] = (kv_cache, k_scale, v_scale)
 
-    def _check_bytes(self, layer: int, key: torch.Tensor, value: torch.Tensor,
-                     kv_cache: torch.Tensor, slots: torch.Tensor, k_scale: float,
-                     v_scale: float) -> None:
+    def _check_writes(self, layers: list[int]) -> None:
         # The elements the engine stored must be the model's, exactly, keys and values: the
-        # layout, the quantizer and the scale, checked on every write.
-        assert self.fmt is not None and self.layout is not None
+        # layout, the quantizer and the scale, checked on every write (the step's layers at
+        # once; a layer with a difference is then named by slot, kv head and channel).
+        # Raises EngineMismatchError at a layer's first write (start-up); later, the step's
+        # requests fail closed.
+        assert self.fmt is not None and self.layout is not None and self._slots is not None
+        todo = [i for i in layers if i in self._writes and i not in self._verified]
+        if not todo:
+            return
+        self._verified.update(todo)
+        n = int(self._writes[todo[0]][0].shape[0])
+        slots = self._slots[:n]
         ok = slots >= 0
-        written = slots[ok]
+        every = bool(ok.all())
+        written = slots if every else slots[ok]
         fp8 = self.fmt.fp8
-        for part, x, scale, what in ((0, key, k_scale, "key"), (1, value, v_scale, "value")):
-            stored = stored_elements([kv_cache], written, layout=self.layout, part=part)[0]
-            expected = x[ok].to(kv_cache.dtype) if fp8 is None else \
-                engine_codes(x[ok], scale=scale, fmt=fp8)
-            check_bytes(stored, expected, what=what, layer=layer, slots=written)
+        caches = [self._caches[i][0] for i in todo]
+        for part, what in ((0, "key"), (1, "value")):
+            stored = stored_elements(caches, written, layout=self.layout, part=part)
+            if fp8 is None:
+                expected = torch.stack([self._writes[i][part] for i in todo])
+                expected = (expected if every else expected[:, ok]).to(caches[0].dtype)
+            else:
+                xs = [self._writes[i][part][ok] for i in todo]
+                scales = [self._caches[i][1] if part == 0 else self._caches[i][2] for i in todo]
+                expected = torch.stack([engine_codes(x, scale=sc, fmt=fp8)
+                                        for sc, x in zip(scales, xs, strict=True)])
+            if bool((bits(stored) == bits(expected)).all()):
+                continue
+            for k, layer in enumerate(todo):
+                try:
+                    check_bytes(stored[k], expected[k], what=what, layer=layer, slots=written)
+                except EngineMismatchError as exc:
+                    if layer not in self._checked:
+                        raise
+                    if self._mismatch is None:
+                        self._mismatch = f"{type(exc).__name__}: {exc}"
+        self._checked.update(todo)
 
     def read(self, layer: int, query: torch.Tensor, metadata: Any, output: torch.Tensor
              ) -> None:
@@ -310,6 +336,7 @@ class Monitor:
     def begin(self, runner: Any, scheduler_output: Any) -> None:
         """Before a step: verdicts of finished requests; forget the previous captures."""
         self._writes.clear()
+        self._verified.clear()
         self._slots = None
         self._reads.clear()
         self._metered.clear()
@@ -368,41 +395,69 @@ class Monitor:
             if buffer.exact_values is not None else None
         buffer.put(torch.tensor(layers), slots, w, exact, values)
 
-    def _side(self, layer: int, step: StepLayout) -> tuple[KeySide, torch.Tensor | None]:
-        # What layer ``layer``'s meter reads of the visible keys (and, for the gate, the
-        # stored values): one gather of the raw elements, dequantized exactly.
+    def _side(self, layers: list[int], step: StepLayout) -> tuple[KeySide, torch.Tensor | None]:
+        # What the meter of ``layers`` reads of the visible keys, stacked per layer
+        # (:func:`side_by_side` turns it into one layer's), and, for the gate (one layer),
+        # the stored values: one gather of the raw elements, dequantized exactly.
         buffer = self.buffer
         assert buffer is not None and self.fmt is not None and self.layout is not None
-        cache, k_scale, v_scale = self._caches[layer]
+        caches = [self._caches[i][0] for i in layers]
+        k_scales = [self._caches[i][1] for i in layers]
         keys = bounds = None
-        if self.config.form == "meter" or buffer.exact is not None or self._format_witness:
-            raw = stored_elements([cache], step.slots, layout=self.layout, heads_first=True)
-            if self.config.form == "meter" or buffer.exact is not None:
-                keys = dequantize(raw, fmt=self.fmt, scales=[k_scale],
-                                  scratch=None if self.gate is not None else self._scratch)[0]
-            if self._format_witness:
-                fp8 = self.fmt.fp8
-                # a model-dtype cache holds the model's keys exactly (checked on every write)
-                bounds = torch.zeros(raw.shape[1:], dtype=torch.float64) if fp8 is None else \
-                    format_witness(raw[0], fmt=fp8, rounding=ROUNDING,
-                                   scale=float32_scale(k_scale))
-        witnesses = buffer.witness[layer, step.slots] if self.config.bands else None
-        exact = buffer.exact[layer, step.slots] if self.config.audit and \
-            buffer.exact is not None else None
+        fp8 = self.fmt.fp8
+        # a model-dtype cache holds the model's keys exactly (every write checked bit for bit,
+        # in the model's dtype): every logit bound is 0, and no witness is read
+        exactly = self._model_dtype_writes if fp8 is None and self._model_dtype_writes else None
+        need_keys = self.config.form == "meter" or buffer.exact is not None or \
+            (self.config.form == "cascade" and exactly is None)
+        if need_keys or (self._format_witness and exactly is None):
+            raw = stored_elements(caches, step.slots, layout=self.layout, heads_first=True)
+            if need_keys:
+                keys = dequantize(raw, fmt=self.fmt, scales=k_scales,
+                                  scratch=None if self.gate is not None else self._scratch)
+            if self._format_witness and fp8 is not None:
+                bounds = torch.stack([format_witness(raw[k], fmt=fp8, rounding=ROUNDING,
+                                                     scale=float32_scale(k_scales[k]))
+                                      for k in range(len(layers))])
+        index = (torch.tensor(layers).view(-1, 1, 1), step.slots.unsqueeze(0))  # [L, R, S]
+        witnesses = buffer.witness[index] if self.config.bands and exactly is None else None
+        exact = buffer.exact[index] if self.config.audit and buffer.exact is not None else None
         values = None
         if self.gate is not None:
-            raw_v = stored_elements([cache], step.slots, layout=self.layout, part=1,
+            (layer,) = layers
+            raw_v = stored_elements(caches, step.slots, layout=self.layout, part=1,
                                     heads_first=True)
-            values = dequantize(raw_v, fmt=self.fmt, scales=[v_scale])[0]
-        return KeySide(keys, witnesses, bounds, exact), values
+            values = dequantize(raw_v, fmt=self.fmt, scales=[self._caches[layer][2]])[0]
+        return KeySide(keys, witnesses, bounds, exact, exactly), values
+
+    def _queries(self, layers: list[int], step: StepLayout) -> torch.Tensor:
+        return torch.stack([self._reads[i].reshape(step.rows, self.num_heads, -1)
+                            for i in layers])
 
     def _meter(self, layer: int, step: StepLayout, side: KeySide, groups: list[RowGroup], *,
                keep: bool = False) -> LayerMeter:
-        query = self._reads[layer].reshape(step.rows, self.num_heads, -1)
-        return meter_layer(step, queries=query, side=side,
+        # One layer (the gate's), its side already one layer's.
+        return meter_layer(step, queries=self._queries([layer], step)[0], side=side,
                            kv_heads=int(self._caches[layer][0].shape[1]), scale=self.scale,
                            layout=self.rope or RopeLayout.HALF_SPLIT, form=self.config.form,
-                           groups=groups, keep=keep)
+                           groups=groups, keep=keep, tau=self.config.tau)
+
+    def _chunks(self, layers: list[int], step: StepLayout) -> list[list[int]]:
+        # Layers metered together: as many as keep a chunk's largest tensors (the float64
+        # keys, and the cells' weights and bounds: rows x heads x visible tokens) within
+        # _CHUNK_ELEMENTS, one layer at least.
+        if not layers:
+            return []
+        cache = self._caches[layers[0]][0]
+        r, width = (int(n) for n in step.slots.shape)
+        exactly = self.fmt is not None and self.fmt.fp8 is None and self._model_dtype_writes
+        if exactly and self.config.form != "meter" and not self.config.audit:
+            per_layer = step.rows * self.num_heads  # no key read: one bound per cell
+        else:
+            per_layer = max(r * int(cache.shape[1]) * int(cache.shape[3]) // 2,
+                            step.rows * self.num_heads) * width
+        size = max(1, _CHUNK_ELEMENTS // max(1, per_layer))
+        return [layers[k:k + size] for k in range(0, len(layers), size)]
 
     def _repair(self, layer: int, output: torch.Tensor) -> None:
         # Repair mode: meter this layer now, repair its cells above tau in the output.
@@ -411,8 +466,10 @@ class Monitor:
         st = self._prepare()
         buffer, positions, gate = self.buffer, self.positions, self.gate
         assert buffer is not None and positions is not None and gate is not None
+        self._check_writes([layer])
         self._put_witnesses([layer], st.step.rows)
-        side, values = self._side(layer, st.step)
+        stacked, values = self._side([layer], st.step)
+        side = side_by_side(stacked)
         lm = self._meter(layer, st.step, side, st.groups, keep=True)
         assert values is not None
         ok = (st.codes == 0) & (self._mismatch is None)
@@ -448,31 +505,46 @@ class Monitor:
         step = st.step
         written = sorted(self._writes)
         read = sorted(self._reads)
+        self._check_writes(written)
         if self.gate is None:
             if written:
                 self._put_witnesses(written, step.rows)
             metered = [i for i in read if i in self._caches]
-            layers = [self._meter(i, step, self._side(i, step)[0], st.groups) for i in metered]
+            layers = [m for chunk in self._chunks(metered, step)
+                      for m in meter_layers(step, queries=self._queries(chunk, step),
+                                            side=self._side(chunk, step)[0],
+                                            kv_heads=int(self._caches[chunk[0]][0].shape[1]),
+                                            scale=self.scale,
+                                            layout=self.rope or RopeLayout.HALF_SPLIT,
+                                            form=self.config.form, groups=st.groups,
+                                            tau=self.config.tau)]
             meters = {i: m.meter for i, m in zip(metered, layers, strict=True)}
             trues = {i: m.true_tv for i, m in zip(metered, layers, strict=True)}
-            bases = [m.basis for m in layers]
-            theorems = layers[0].theorems if layers else (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+            tanhs = {i: m.by_tanh for i, m in zip(metered, layers, strict=True)}
+            bases = distinct_bases(layers)
+            theorems = step_theorems(layers) if layers else (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
         else:
             meters = {i: m.meter for i, m in self._metered.items()}
             trues = {i: m.true_tv for i, m in self._metered.items()}
+            tanhs = {}
             bases = self._bases
             theorems = (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
             accounts.add_repairs(st.tallies, list(self._metered.values()),
                                  step.seq_lens.tolist())
         # a layer that read without writing witnesses keeps none: its cells saturate
         full = torch.full((len(read), step.rows, self.num_heads), torch.inf, dtype=torch.float64)
+        by_tanh = None if not any(t is not None for t in tanhs.values()) else \
+            torch.zeros(full.shape, dtype=torch.bool)
         for k, i in enumerate(read):
             if i in meters:
                 full[k] = meters[i]
+                t = tanhs.get(i)
+                if by_tanh is not None and t is not None:
+                    by_tanh[k] = t
         audited = None
         if self.config.audit and all(trues.get(i) is not None for i in read):
             audited = torch.stack([trues[i] for i in read])  # type: ignore[misc]
-        summary = summarize(full, audited, step, tau=self.config.tau)
+        summary = summarize(full, audited, step, tau=self.config.tau, by_tanh=by_tanh)
         evidence = merge_bases(bases).evidence(*theorems) if bases else None
         for i, code in enumerate(st.codes.tolist()):
             if code:
@@ -493,6 +565,9 @@ class Monitor:
         except WitcertError as exc:
             self.accounts.fail(t, f"{type(exc).__name__}: {exc}")
 
+
+_CHUNK_ELEMENTS: Final = 1 << 22
+"""Elements of the largest float64 tensor of a chunk of layers metered at once (32 MiB)."""
 
 _monitor: Monitor | None = None
 

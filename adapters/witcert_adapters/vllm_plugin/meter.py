@@ -15,7 +15,10 @@ layer's cells in a few batched tensor operations (no host loop over tokens):
    :func:`~witcert_calculus.meters.witness.tighter`); the compressed attention ``p~`` recomputed
    from the stored keys in float64; and the TV meter ``min(e-form, two-sided)`` of
    :func:`witcert_kernels.meter.tv_meter_batch` (or, in the cheap form, ``tanh(max c)`` of
-   :func:`witcert_kernels.meter.tv_tanh_max_batch`, which needs neither keys nor ``p~``);
+   :func:`witcert_kernels.meter.tv_tanh_max_batch`, which needs neither keys nor ``p~``;
+   or the cascade: ``tanh(max c)`` where it is already ``<= tau``, the meter elsewhere). A
+   cache that holds the model's keys exactly has every ``c_t = 0``
+   (:func:`witcert_kernels.meter.exact_logit_bound`): no witness, no key is read;
 3. with audit keys, the true ``TV(p, p~)`` against exact attention on the unquantized keys;
 4. per request, the step's tallies, packed in one float64 tensor (:func:`summarize`; one
    host read per step).
@@ -23,11 +26,16 @@ layer's cells in a few batched tensor operations (no host loop over tokens):
 Rows are grouped for the batched products (:func:`row_groups`): every decode row of the
 step in one group (one row per request), each prefill chunk in a group of its own (one
 request, many rows), so a request's keys are never copied per row.
+The layers of a step are metered in one pass (:func:`meter_layers`): their heads side by
+side, as the heads of one layer, so the per-step cost of the host's operator calls does not
+grow with the depth.
 
 Main declarations
 -----------------
-- :func:`write_witnesses`, :func:`meter_layer` (one layer), :func:`meter_step` (a step),
-  :func:`summarize`, :func:`summary_columns`, :func:`row_groups`, :func:`merge_bases`.
+- :func:`write_witnesses`, :func:`meter_layer` (one layer), :func:`meter_layers` (many in
+  one pass, heads side by side: :func:`side_by_side`), :func:`meter_step` (a step),
+  :func:`summarize`, :func:`summary_columns`, :func:`row_groups`, :func:`merge_bases`,
+  :func:`distinct_bases`, :func:`step_theorems`, :func:`stack_by_tanh`.
 - :class:`KeySide`, :class:`RowGroup`, :class:`GroupCells`, :class:`LayerMeter`,
   :class:`StepMeter`, :data:`SUMMARY`.
 """
@@ -45,18 +53,19 @@ from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.meters.tv_forms import TVBasis
 from witcert_calculus.meters.witness import LogitBound, RopeLayout, tighter
-from witcert_kernels.meter import band_norms, format_logit_bound, logit_bound, round_up_f32, \
-    tv_meter_batch, tv_tanh_max_batch
+from witcert_kernels.meter import band_norms, exact_logit_bound, format_logit_bound, logit_bound, \
+    round_up_f32, tv_meter_batch, tv_tanh_max_batch
 
 __all__ = ["SUMMARY", "GroupCells", "KeySide", "LayerMeter", "RowGroup", "StepMeter",
-           "meter_layer", "meter_step", "merge_bases", "row_groups", "summarize",
-           "summary_columns",
-           "write_witnesses"]
+           "distinct_bases", "merge_bases", "meter_layer", "meter_layers", "meter_step",
+           "row_groups", "side_by_side", "stack_by_tanh", "step_theorems", "summarize",
+           "summary_columns", "write_witnesses"]
 
 _F64 = torch.float64
 
 SUMMARY: Final = ("cells", "covered", "saturated", "nan", "worst", "worst_layer", "worst_head",
-                  "worst_position", "audited", "violations", "true_max", "excess_max")
+                  "worst_position", "by_tanh", "audited", "violations", "true_max",
+                  "excess_max")
 """The columns of :attr:`StepMeter.summary`, one row per request of the step."""
 
 
@@ -89,12 +98,17 @@ class KeySide:
         witnesses: ``[R, S, kvh, B]`` band witnesses (``None``: no bands kept).
         bounds: ``[R, kvh, S, d]`` per-channel format witnesses (``None``: not used).
         exact: ``[R, S, kvh, d]`` the unquantized keys (audit mode).
+        stored_exactly: for a cache that holds the model's keys exactly (a model-dtype
+            cache), the computed truth of that premise (a ``bool`` or a 0-d boolean tensor):
+            every logit bound is then 0 (:func:`~witcert_kernels.meter.exact_logit_bound`)
+            and no witness is read; ``None`` otherwise.
     """
 
     keys: torch.Tensor | None
     witnesses: torch.Tensor | None
     bounds: torch.Tensor | None = None
     exact: torch.Tensor | None = None
+    stored_exactly: object = None
 
 
 @final
@@ -157,8 +171,11 @@ class LayerMeter:
     Attributes:
         meter: ``[T, H]`` raw meter values (report ``min(1, .)``).
         true_tv: ``[T, H]`` audited true TV (``None`` without audit keys).
-        basis: what the layer's bounds rest on; ``theorems``: the form's Lean theorems.
+        basis: what the layer's bounds rest on; ``theorems``: the Lean theorems of the forms
+            its values came from.
         cells: per group, what the repairing gate needs (kept when asked).
+        by_tanh: ``[T, H]`` whether a cell's value is ``tanh(max c)`` (the other forms: the
+            meter ``min(e-form, two-sided)``); ``None``: no cell is.
     """
 
     meter: torch.Tensor
@@ -166,6 +183,7 @@ class LayerMeter:
     basis: TVBasis
     theorems: tuple[str, ...]
     cells: tuple[GroupCells, ...] = ()
+    by_tanh: torch.Tensor | None = None
 
 
 @final
@@ -195,11 +213,13 @@ def _segment_max(x: torch.Tensor, index: torch.Tensor, n: int) -> torch.Tensor:
     return out.scatter_reduce(0, index, x.to(_F64), reduce="amax", include_self=True)
 
 
-def summary_columns(meter: torch.Tensor, step: StepLayout, *, tau: float) -> list[torch.Tensor]:
-    """The first eight :data:`SUMMARY` columns of a step's raw meters ``[L, T, H]``, one entry
+def summary_columns(meter: torch.Tensor, step: StepLayout, *, tau: float,
+                    by_tanh: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """The first nine :data:`SUMMARY` columns of a step's raw meters ``[L, T, H]``, one entry
     per request: cells, covered (reported ``min(1, meter) <= tau``), saturated, NaN, the worst
-    reported cell and its layer, head and position (the audit's four columns are the
-    caller's)."""
+    reported cell and its layer, head and position, and the cells whose value is
+    ``tanh(max c)`` (``by_tanh`` ``[L, T, H]``; ``None``: none); the audit's four columns are
+    the caller's."""
     n_layers, rows, heads = (int(n) for n in meter.shape)
     reported = torch.clamp(meter, max=1.0)
     cells_row = torch.full((rows,), float(n_layers * heads), dtype=_F64)
@@ -214,31 +234,38 @@ def summary_columns(meter: torch.Tensor, step: StepLayout, *, tau: float) -> lis
     worst_row = torch.full((r,), rows, dtype=torch.int64).scatter_reduce(
         0, idx, candidate, reduce="amin", include_self=True)
     worst_arg = row_arg[worst_row]
+    tanh_row = torch.zeros(rows, dtype=_F64) if by_tanh is None else by_tanh.sum(dim=(0, 2))
     return [_segment_sum(cells_row, idx, r), _segment_sum(covered_row, idx, r),
             _segment_sum(saturated_row, idx, r), _segment_sum(nan_row, idx, r), req_max,
             (worst_arg // heads).to(_F64), (worst_arg % heads).to(_F64),
-            step.row_position[worst_row].to(_F64)]
+            step.row_position[worst_row].to(_F64), _segment_sum(tanh_row, idx, r)]
 
 
 def merge_bases(bases: Sequence[TVBasis]) -> TVBasis:
     """One basis for many bounds issued by the same code path: the same logit evidence,
-    each premise the conjunction of its truths (device tensors are combined on the device).
+    each premise the conjunction of its truths in the bases that state it (device tensors
+    are combined on the device; a premise of a form only some bases used, e.g. the meter's
+    in a cascade, is checked wherever it was computed), theorems cited by any.
 
     Raises:
-        InvalidValueError: no basis, or bases from different paths (evidence or premises
-            that differ).
+        InvalidValueError: no basis, or bases from different paths (logit evidence or
+            failure probability that differ).
     """
     if not bases:
         raise InvalidValueError("bases", 0, "at least one TV basis is needed")
     first = bases[0]
     for b in bases[1:]:
-        if b.logit != first.logit or b.delta != first.delta or b.also != first.also or \
-                [s for s, _ in b.checks] != [s for s, _ in first.checks]:
+        if b.logit != first.logit or b.delta != first.delta:
             raise InvalidValueError("bases", "bounds of different paths",
                                     "must rest on the same evidence to be merged")
-    checks = tuple((statement, _all([b.checks[i][1] for b in bases]))
-                   for i, (statement, _) in enumerate(first.checks))
-    return TVBasis(checks=checks, logit=first.logit, delta=first.delta, also=first.also)
+    truths: dict[str, list[object]] = {}
+    also: dict[str, None] = {}
+    for b in bases:
+        for statement, truth in b.checks:
+            truths.setdefault(statement, []).append(truth)
+        also.update(dict.fromkeys(b.also))
+    checks = tuple((statement, _all(t)) for statement, t in truths.items())
+    return TVBasis(checks=checks, logit=first.logit, delta=first.delta, also=tuple(also))
 
 
 def _all(truths: Sequence[object]) -> object:
@@ -256,11 +283,17 @@ def _group_logits(q: torch.Tensor, keys: torch.Tensor, scale: float) -> torch.Te
 
 
 def _bound(q: torch.Tensor, side: KeySide, group: RowGroup, visible: torch.Tensor,
-           mask: torch.Tensor, *, scale: float, layout: RopeLayout
+           mask: torch.Tensor, *, scale: float, layout: RopeLayout, per_token: bool
            ) -> LogitBound[torch.Tensor]:
-    # The group's established logit bound: bands, format, or per token the smaller.
-    parts: list[LogitBound[torch.Tensor]] = []
+    # The group's established logit bound: 0 for keys stored exactly; else bands, format,
+    # or per token the smaller.
     req = group.requests
+    if side.stored_exactly is not None:
+        # every token's bound is the same 0: tanh(max c) needs one column of it, the meter
+        # (weighted by p~) one per visible token
+        return exact_logit_bound(q, int(mask.shape[-1]) if per_token else 1, scale=scale,
+                                 stored_exactly=side.stored_exactly)
+    parts: list[LogitBound[torch.Tensor]] = []
     if side.witnesses is not None and int(side.witnesses.shape[-1]) > 0:
         w = side.witnesses[req].permute(0, 2, 1, 3).unsqueeze(2).unsqueeze(3)  # [N,kvh,1,1,S,B]
         w = torch.where(mask.view(*mask.shape[:1], 1, 1, *mask.shape[1:], 1), w.to(_F64), 0.0)
@@ -277,9 +310,14 @@ def _bound(q: torch.Tensor, side: KeySide, group: RowGroup, visible: torch.Tenso
     return parts[0] if len(parts) == 1 else tighter(parts[0], parts[1])
 
 
+_TANH: Final = (SOFTMAX_TV_TANH_SOUND,)
+_METER: Final = (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+
+
 def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_heads: int,
                 scale: float, layout: RopeLayout, form: str = "meter",
-                groups: Sequence[RowGroup] | None = None, keep: bool = False) -> LayerMeter:
+                groups: Sequence[RowGroup] | None = None, keep: bool = False,
+                tau: float | None = None) -> LayerMeter:
     """Meter every (row, head) cell of one layer.
 
     Args:
@@ -287,51 +325,79 @@ def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_he
         queries: ``[T, H, d]`` the layer's live post-RoPE queries.
         side: the keys' side (:class:`KeySide`); ``kv_heads``: kv heads of the layer.
         scale: the softmax scale; ``layout``: the rotary layout.
-        form: ``"meter"`` (``min(e-form, two-sided)``, needs ``side.keys``) or ``"tanh"``
-            (``tanh(max c)``; keys only for the audit).
+        form: ``"meter"`` (``min(e-form, two-sided)``, needs ``side.keys``), ``"tanh"``
+            (``tanh(max c)``; keys only for the audit) or ``"cascade"``: ``tanh(max c)``
+            where it is already ``<= tau``, elsewhere the smaller of it and the meter (keys
+            only where some cell needs the meter; every cell's form is kept in
+            :attr:`LayerMeter.by_tanh`).
         groups: :func:`row_groups` of the step (computed when not given).
         keep: keep each group's ``p~`` and ``c`` (:attr:`LayerMeter.cells`, for the gate).
+        tau: the coverage threshold (the cascade's switch; needed by it only).
 
     Returns:
         The :class:`LayerMeter`.
 
     Raises:
-        InvalidValueError: the meter form without keys, or no witness at all.
+        InvalidValueError: the meter form without keys (the cascade: a cell that needs the
+            meter without keys), no witness at all, or the cascade without ``tau``.
     """
     rows, heads, dim = (int(n) for n in queries.shape)
     grp = heads // kv_heads
-    if form != "tanh" and side.keys is None:
+    if form == "meter" and side.keys is None:
         raise InvalidValueError("keys", None, "the meter form needs the stored keys")
+    if form == "cascade" and tau is None:
+        raise InvalidValueError("tau", None, "the cascade needs the coverage threshold")
     width = int(step.slots.shape[1])
     j = torch.arange(width)
     meter = torch.zeros(rows, heads, dtype=_F64)
     true_tv = None if side.exact is None or side.keys is None else \
         torch.zeros(rows, heads, dtype=_F64)
+    by_tanh = None if form == "meter" else torch.ones(rows, heads, dtype=torch.bool)
     bases: list[TVBasis] = []
     kept: list[GroupCells] = []
-    theorems: tuple[str, ...] = ((SOFTMAX_TV_TANH_SOUND,) if form == "tanh" else
-                                 (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND))
+    theorems: dict[str, None] = dict.fromkeys(_TANH if form != "meter" else _METER)
     for group in (row_groups(step) if groups is None else groups):
         req, idx = group.requests, group.rows
         n, qn = (int(x) for x in idx.shape)
         q = queries[idx].to(_F64).view(n, qn, kv_heads, grp, dim).permute(0, 2, 3, 1, 4)
         mask = step.visible[req].unsqueeze(1) & \
             (j.view(1, 1, width) <= step.row_position[idx].unsqueeze(-1))  # [N, Q, S]
-        c = _bound(q, side, group, step.visible, mask, scale=scale, layout=layout)
+        c = _bound(q, side, group, step.visible, mask, scale=scale, layout=layout,
+                   per_token=form == "meter" or keep)
+        th = need = raw = eform = None
+        if form != "meter":
+            th, basis = tv_tanh_max_batch(c)
+            bases.append(basis)
+            raw = eform = th
+            if form == "cascade":
+                assert tau is not None
+                need = th > tau
+                if not bool(need.any()):  # no cell's verdict can change: no meter
+                    need = None
         p = None
-        if side.keys is not None:
+        if side.keys is not None and (form == "meter" or need is not None or
+                                      side.exact is not None):
             logits = _group_logits(q, side.keys[req], scale)
             p = torch.softmax(logits.masked_fill(~mask.view(n, 1, 1, qn, width), -torch.inf),
                               dim=-1)
-        if form == "tanh":
-            raw, basis = tv_tanh_max_batch(c)
-            eform = raw
-        else:
-            assert p is not None
+        if form == "meter" or need is not None:
+            if p is None:
+                raise InvalidValueError("keys", None, "cells above tau need the meter, which "
+                                        "needs the stored keys")
+            if int(c.values.shape[-1]) != width:  # the meter weighs every token's bound
+                c = _bound(q, side, group, step.visible, mask, scale=scale, layout=layout,
+                           per_token=True)
             # a row that sees one token has TV exactly 0 (Lean WitCert.Meters.tv_single_token)
             bounds = tv_meter_batch(p, c, check=False, visible=mask.sum(dim=-1).view(n, 1, 1, qn))
-            raw, basis, eform = bounds.meter, bounds.basis, bounds.eform
-        bases.append(basis)
+            bases.append(bounds.basis)
+            theorems.update(dict.fromkeys(_METER))
+            raw, eform = bounds.meter, bounds.eform
+            if th is not None and need is not None:
+                use_tanh = ~need | (th <= raw)
+                raw = torch.where(use_tanh, th, raw)
+                assert by_tanh is not None
+                by_tanh[idx] = use_tanh.permute(0, 3, 1, 2).reshape(n, qn, heads)
+        assert raw is not None and eform is not None
         meter[idx] = raw.permute(0, 3, 1, 2).reshape(n, qn, heads)
         if true_tv is not None and p is not None:
             assert side.exact is not None
@@ -342,7 +408,55 @@ def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_he
             true_tv[idx] = tv.permute(0, 3, 1, 2).reshape(n, qn, heads)
         if keep and p is not None:
             kept.append(GroupCells(group, mask, p, c.values, raw, eform))
-    return LayerMeter(meter, true_tv, merge_bases(bases), theorems, tuple(kept))
+    return LayerMeter(meter, true_tv, merge_bases(bases), tuple(theorems), tuple(kept), by_tanh)
+
+
+def side_by_side(side: KeySide) -> KeySide:
+    """The key sides of ``L`` layers, each field stacked ``[L, ...]``, as the side of one layer
+    whose kv heads are theirs side by side (layer-major: ``L * kvh`` heads), so that
+    :func:`meter_layer` meters every layer in one pass (:func:`meter_layers`)."""
+    def heads(x: torch.Tensor | None) -> torch.Tensor | None:  # [L, R, kvh, S, .]
+        if x is None:
+            return None
+        n, r, _, width, last = (int(k) for k in x.shape)
+        return x[0] if n == 1 else x.transpose(0, 1).reshape(r, -1, width, last)
+
+    def slots(x: torch.Tensor | None) -> torch.Tensor | None:  # [L, R, S, kvh, .]
+        if x is None:
+            return None
+        n, r, width, _, last = (int(k) for k in x.shape)
+        return x[0] if n == 1 else x.permute(1, 2, 0, 3, 4).reshape(r, width, -1, last)
+
+    return KeySide(heads(side.keys), slots(side.witnesses), heads(side.bounds),
+                   slots(side.exact), side.stored_exactly)
+
+
+def meter_layers(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_heads: int,
+                 scale: float, layout: RopeLayout, form: str = "meter",
+                 groups: Sequence[RowGroup] | None = None, tau: float | None = None
+                 ) -> list[LayerMeter]:
+    """Meter ``L`` layers in one pass: their heads side by side (:func:`side_by_side`), one
+    :func:`meter_layer` call, the result split back per layer (sharing one basis).
+
+    Args:
+        queries: ``[L, T, H, d]``; ``side``: the layers' sides stacked (see
+            :func:`side_by_side`); ``kv_heads``: per layer; the rest as :func:`meter_layer`.
+    """
+    n, rows, heads, dim = (int(k) for k in queries.shape)
+    q = queries[0] if n == 1 else queries.transpose(0, 1).reshape(rows, n * heads, dim)
+    m = meter_layer(step, queries=q, side=side_by_side(side), kv_heads=n * kv_heads,
+                    scale=scale, layout=layout, form=form, groups=groups, tau=tau)
+
+    def part(x: torch.Tensor | None, k: int) -> torch.Tensor | None:
+        return None if x is None else x[:, k * heads:(k + 1) * heads]
+
+    return [LayerMeter(m.meter[:, k * heads:(k + 1) * heads], part(m.true_tv, k), m.basis,
+                       m.theorems, (), part(m.by_tanh, k)) for k in range(n)]
+
+
+def distinct_bases(layers: Sequence[LayerMeter]) -> list[TVBasis]:
+    """The layers' bases, each once (layers metered in one pass share theirs)."""
+    return list({id(m.basis): m.basis for m in layers}.values())
 
 
 def meter_step(step: StepLayout, *, queries: torch.Tensor, sides: Sequence[KeySide],
@@ -356,21 +470,35 @@ def meter_step(step: StepLayout, *, queries: torch.Tensor, sides: Sequence[KeySi
     """
     groups = row_groups(step)
     layers = [meter_layer(step, queries=queries[i], side=side, kv_heads=kv_heads, scale=scale,
-                          layout=layout, form=form, groups=groups)
+                          layout=layout, form=form, groups=groups, tau=tau)
               for i, side in enumerate(sides)]
     meter = torch.stack([m.meter for m in layers])
     audited = [m.true_tv for m in layers]
     true_tv = None if any(t is None for t in audited) else \
         torch.stack([t for t in audited if t is not None])
-    return StepMeter(summarize(meter, true_tv, step, tau=tau), meter,
-                     merge_bases([m.basis for m in layers]), layers[0].theorems)
+    return StepMeter(summarize(meter, true_tv, step, tau=tau, by_tanh=stack_by_tanh(layers)),
+                     meter, merge_bases(distinct_bases(layers)), step_theorems(layers))
+
+
+def stack_by_tanh(layers: Sequence[LayerMeter]) -> torch.Tensor | None:
+    """``[L, T, H]``: which cells of the layers report ``tanh(max c)`` (``None``: none)."""
+    if all(m.by_tanh is None for m in layers):
+        return None
+    return torch.stack([torch.zeros_like(m.meter, dtype=torch.bool) if m.by_tanh is None
+                        else m.by_tanh for m in layers])
+
+
+def step_theorems(layers: Sequence[LayerMeter]) -> tuple[str, ...]:
+    """The Lean theorems of the forms the layers' values came from (in a stable order)."""
+    cited = {t for m in layers for t in m.theorems}
+    return tuple(t for t in (*_TANH, *_METER) if t in cited)
 
 
 def summarize(meter: torch.Tensor, true_tv: torch.Tensor | None, step: StepLayout, *,
-              tau: float) -> torch.Tensor:
+              tau: float, by_tanh: torch.Tensor | None = None) -> torch.Tensor:
     """The step's :data:`SUMMARY` rows from its raw meters ``[L, T, H]`` and, with audit, the
-    true TV ``[L, T, H]`` (one row per request)."""
-    columns = summary_columns(meter, step, tau=tau)
+    true TV ``[L, T, H]`` (one row per request); ``by_tanh`` as :func:`summary_columns`."""
+    columns = summary_columns(meter, step, tau=tau, by_tanh=by_tanh)
     r, idx = step.requests, step.row_request
     if true_tv is None:
         zeros = torch.zeros(r, dtype=_F64)

@@ -15,7 +15,13 @@ continuation teacher-forced: the engine returns the full next-token distribution
 continuation token (one request per continuation token, sampling one token with ``logprobs=-1``; with
 ``--prefix-caching`` the prompt's blocks are computed once); the distributions go to
 ``--scores-out`` (an ``.npz`` of one ``[tokens, vocab]`` float32 array per item) and each
-item's prompt length, token ids and timing to the record.
+item's prompt length, token ids and timing to the record. With ``--step-prompt-tokens N``
+the timed batteries are stepped one engine step at a time instead (prompts of ``N`` token
+ids each, distinct per sequence), and the record's ``steps`` holds each run's wall time,
+prefill time and every decode step's latency (the steps after every sequence has its first
+token). ``--turns FILE --turn NAME --next NAME`` runs those batteries in turns with another
+engine process (a benchmark's side-by-side pair): before each run this one waits until
+``FILE`` holds its own name, and after it writes the other's.
 
 Main declarations
 -----------------
@@ -54,7 +60,13 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     timings: dict[str, list[float]] = {}
     # Timed batteries first (the first `b` prompts, `repeat` times each), then the recorded
     # generation of every prompt.
+    steps: dict[str, list[dict[str, Any]]] = {}
     for b in [int(x) for x in args.batch_sizes.split(",") if x]:
+        if args.step_prompt_tokens:
+            steps[str(b)] = _stepped(llm, b, args.step_prompt_tokens, params, args.repeat,
+                                     turns=(args.turns, args.turn, args.next))
+            timings[str(b)] = [run["wall_s"] for run in steps[str(b)]]
+            continue
         llm.generate(prompts[:b], params, use_tqdm=False)  # warm-up
         for _ in range(args.repeat):
             t1 = time.perf_counter()
@@ -64,7 +76,7 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
         if args.score_file else None
     outputs = llm.generate(prompts, params, use_tqdm=False)
     record: dict[str, Any] = {
-        "startup_s": started, "generate_s": timings,
+        "startup_s": started, "generate_s": timings, "steps": steps,
         "requests": [{"request_id": o.request_id, "text": o.outputs[0].text,
                       "token_ids": list(o.outputs[0].token_ids),
                       "logprobs": [float(next(iter(lp.values())).logprob)
@@ -84,6 +96,52 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
         store.wait(ids, timeout=60.0)
         record["verdicts"] = [v.to_json() for v in store.all()]
     return record
+
+
+def _stepped(llm: Any, b: int, prompt_tokens: int, params: Any, repeat: int, *,
+             turns: tuple[Path | None, str, str]) -> list[dict[str, Any]]:
+    # b sequences of prompt_tokens distinct token ids each, stepped by hand: a warm-up run,
+    # then `repeat` timed runs, each: wall, prefill (until every sequence has a token) and
+    # every decode step's latency; each run in this engine's turn (when turns are given).
+    from vllm import TokensPrompt
+
+    engine = llm.llm_engine
+    vocab = int(engine.model_config.get_vocab_size())
+    runs: list[dict[str, Any]] = []
+    board, mine, other = turns
+    for rep in range(repeat + 1):
+        deadline = time.monotonic() + 3600.0
+        while board is not None and board.read_text().strip() != mine:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"--turns: no turn for {mine!r} in an hour (the other engine "
+                                 "stopped?)")
+            time.sleep(0.01)
+        for i in range(b):
+            ids = [(1000 + 7919 * (i + 1) * (k + 1) + 31 * rep) % (vocab - 1000) + 500
+                   for k in range(prompt_tokens)]
+            engine.add_request(f"step-{b}-{rep}-{i}", TokensPrompt(prompt_token_ids=ids),
+                               params)
+        started: set[str] = set()
+        decode: list[float] = []
+        t0 = time.perf_counter()
+        prefill = None
+        while engine.has_unfinished_requests():
+            t1 = time.perf_counter()
+            outputs = engine.step()
+            dt = time.perf_counter() - t1
+            if prefill is None:
+                started.update(o.request_id for o in outputs if o.outputs and
+                               o.outputs[0].token_ids)
+                if len(started) == b:
+                    prefill = time.perf_counter() - t0
+            else:
+                decode.append(dt)
+        if rep:
+            runs.append({"wall_s": time.perf_counter() - t0, "prefill_s": prefill,
+                         "decode_step_s": decode})
+        if board is not None:
+            board.write_text(other)
+    return runs
 
 
 def _score(llm: Any, pairs: list[list[str]], out: Path | None) -> list[dict[str, Any]]:
@@ -145,6 +203,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--max-num-batched-tokens", type=int, default=1024)
     p.add_argument("--prefix-caching", action="store_true")
+    p.add_argument("--step-prompt-tokens", type=int, default=0,
+                   help="step the timed batteries by hand, prompts of this many tokens")
+    p.add_argument("--turns", type=Path, help="a file naming whose turn it is to run")
+    p.add_argument("--turn", default="", help="this engine's name in --turns")
+    p.add_argument("--next", default="", help="the other engine's name in --turns")
     p.add_argument("--compile", action="store_true", help="torch.compile (default: eager)")
     p.add_argument("--score-file", type=Path,
                    help="a JSON file: a list of [prompt, continuation] pairs to score")

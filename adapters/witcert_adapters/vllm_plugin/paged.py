@@ -171,8 +171,30 @@ def stored_elements(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *,
         block, offset = (slots // bs).unsqueeze(-1), (slots % bs).unsqueeze(-1)
         heads = torch.arange(kvh)
     index = (block, heads, *_token(offset, layout, part))
-    out = [_views(c, layout)[part][index] for c in kv_caches]
+    first = kv_caches[0]
+    if all(c.is_contiguous() and c.shape == first.shape for c in kv_caches):
+        # one flat index of the elements, the same in every layer's cache (its layout and
+        # shape): a plain take per layer instead of a multi-tensor advanced index
+        flat = _flat_index(_views(first, layout)[part], index, int(first.storage_offset()))
+        out = [c.view(-1)[flat] for c in kv_caches]
+    else:
+        out = [_views(c, layout)[part][index] for c in kv_caches]
     return torch.stack([o.reshape(*o.shape[:len(block.shape)], -1) for o in out])
+
+
+def _flat_index(view: torch.Tensor, index: tuple[torch.Tensor, ...], origin: int
+                ) -> torch.Tensor:
+    # The positions of view[index] in its (contiguous) base flattened, whose first element
+    # sits at storage offset ``origin`` (a layer's cache may be a view into one buffer that
+    # holds every layer's): the indexed dimensions by ``index`` (broadcast), the remaining
+    # ones whole.
+    base = int(view.storage_offset()) - origin
+    strides = view.stride()
+    flat = sum((i * st for i, st in zip(index, strides, strict=False)),
+               start=torch.tensor(base, dtype=torch.int64))
+    for size, st in zip(view.shape[len(index):], strides[len(index):], strict=True):
+        flat = flat.unsqueeze(-1) + torch.arange(int(size)) * st
+    return flat
 
 
 def dequantize(raw: torch.Tensor, *, fmt: CacheFormat, scales: Sequence[float],

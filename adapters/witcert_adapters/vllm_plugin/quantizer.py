@@ -28,6 +28,7 @@ Main declarations
 - :func:`engine_codes`: the bytes vLLM's CPU writer stores for given elements.
 - :func:`float32_scale`: the scale as the writer and the reader use it.
 - :func:`check_bytes`: stored bytes against the model's, exactly.
+- :func:`bits`: elements as their bit patterns (what :func:`check_bytes` compares).
 - :data:`ROUNDING`: the writer's rounding.
 """
 
@@ -40,7 +41,7 @@ import torch
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError
 from witcert_calculus.meters.formats import Fp8Format, Rounding
 
-__all__ = ["ROUNDING", "check_bytes", "engine_codes", "float32_scale"]
+__all__ = ["ROUNDING", "bits", "check_bytes", "engine_codes", "float32_scale"]
 
 ROUNDING: Final = Rounding.TRUNCATE
 """How vLLM's CPU writer rounds onto the fp8 grid (measured: toward zero)."""
@@ -115,7 +116,7 @@ def check_bytes(stored: torch.Tensor, expected: torch.Tensor, *, what: str, laye
         raise InvalidValueError("stored", f"{tuple(stored.shape)} {stored.dtype}",
                                 f"must have the model's {tuple(expected.shape)} "
                                 f"{expected.dtype}")
-    same = _bits(stored) == _bits(expected)  # bit patterns: a NaN element equals itself
+    same = bits(stored) == bits(expected)  # bit patterns: a NaN element equals itself
     if bool(same.all()):
         return
     row, head, channel = (int(i) for i in torch.nonzero(~same)[0])
@@ -130,10 +131,11 @@ def check_bytes(stored: torch.Tensor, expected: torch.Tensor, *, what: str, laye
 _BITS: Final = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The elements' bit patterns as integers of their width (a NaN equals itself)."""
     return t.view(_BITS[t.element_size()])
 
 
 def _show(t: torch.Tensor) -> str:
     return f"0x{int(t):02X}" if t.dtype == torch.uint8 else \
-        f"{float(t)!r} (bits 0x{int(_bits(t)):X})"
+        f"{float(t)!r} (bits 0x{int(bits(t)):X})"

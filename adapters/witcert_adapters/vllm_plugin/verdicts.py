@@ -91,8 +91,8 @@ class RequestVerdict:
         account: the ledger account (unique within ``session``).
         session: the engine process that metered it.
         kv_cache_dtype: the cache it was served from; ``form``: the TV bound reported
-            (``meter`` or ``tanh``); ``witness``: what bounded the keys (``format``,
-            ``bands=B`` or ``format+bands=B``).
+            (``meter``, ``tanh`` or ``cascade``); ``witness``: what bounded the keys
+            (``format``, ``bands=B`` or ``format+bands=B``).
         tier: the ledger's verdict tier, or ``None`` when the request failed closed.
         failure: why the request failed closed (``None`` otherwise).
         tau: coverage threshold; ``coverage``: share of cells with meter ``<= tau``.
@@ -106,6 +106,8 @@ class RequestVerdict:
         true_max: largest audited true TV (0 when not audited).
         gate: ``accepted``, ``failed_stage`` and each stage's text.
         repair: what the gate that repairs did (``None`` with repair off).
+        by_tanh: cells whose value is ``tanh(max c)`` (all of them for ``form=tanh``, none
+            for ``form=meter``, those the cascade did not meter otherwise).
     """
 
     request: str
@@ -134,6 +136,7 @@ class RequestVerdict:
     true_max: float
     gate: dict[str, Any]
     repair: RepairVerdict | None = None
+    by_tanh: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (nested dataclasses become dicts)."""
@@ -181,6 +184,7 @@ class RequestTally:
     covered: int = 0
     saturated: int = 0
     nan: int = 0
+    by_tanh: int = 0
     worst: WorstCell = field(default_factory=lambda: WorstCell(0.0, -1, -1, -1))
     audited: int = 0
     violations: int = 0
@@ -331,6 +335,7 @@ class Accounts:
             t.covered += int(col["covered"])
             t.saturated += int(col["saturated"])
             t.nan += int(col["nan"])
+            t.by_tanh += int(col["by_tanh"])
             worst = float(col["worst"])
             if worst > t.worst.meter or t.worst.layer < 0:
                 t.worst = WorstCell(worst, int(col["worst_layer"]), int(col["worst_head"]),
@@ -410,5 +415,5 @@ class Accounts:
                   "failed_stage": None if gate.failed_stage is None else str(gate.failed_stage),
                   "stages": {str(s.stage): {"passed": s.passed, "detail": s.detail}
                              for s in gate.stages}},
-            repair=repair)
+            repair=repair, by_tanh=t.by_tanh)
 

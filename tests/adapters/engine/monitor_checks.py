@@ -16,6 +16,11 @@ must refuse the first step with tokens.
 On an fp8 cache (vLLM's own fp8 writer), a byte changed after the engine wrote it: at a
 layer's first write (start-up) the Monitor refuses, naming the layer, slot, kv head and
 channel; at a later write the step's requests fail closed with the same message.
+
+The cascade on the model-dtype cache (audited): every bound is 0, every cell reports
+``tanh(max c) = 0`` without reading a key, and the audit finds no violation; a model whose
+keys are not in the cache's dtype (the cache rounds them) is refused at start-up without
+band witnesses.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ CACHES = [torch.zeros(NB, KVH, BS, 2 * D, dtype=torch.bfloat16) for _ in range(L
 def step(mon: Monitor, rows: list[tuple[str, list[int], int, list[int]]],
          finished: set[str] = frozenset(),  # type: ignore[assignment]
          caches: list[torch.Tensor] = CACHES, kv: str = "auto",
-         corrupt: tuple[int, int] | None = None) -> None:
+         corrupt: tuple[int, int] | None = None, key_dtype: torch.dtype = torch.bfloat16
+         ) -> None:
     """One engine step: per request (id, slots written, visible length, block table row);
     ``corrupt=(layer, byte)`` changes one byte of that layer's cache after the engine wrote
     it."""
@@ -64,10 +70,11 @@ def step(mon: Monitor, rows: list[tuple[str, list[int], int, list[int]]],
     if not slot_map:
         return
     for layer, cache in enumerate(caches):
-        key = torch.randn(len(slot_map), KVH, D, generator=GEN).to(torch.bfloat16)
+        key = torch.randn(len(slot_map), KVH, D, generator=GEN).to(key_dtype)
         value = torch.randn(len(slot_map), KVH, D, generator=GEN).to(torch.bfloat16)
         kc, vc = cache.view(NB, KVH, 2 * BS, D).chunk(2, dim=2)
-        ops.cpu_attn_reshape_and_cache(key, value, kc, vc, md.slot_mapping, "vec",
+        ops.cpu_attn_reshape_and_cache(key.to(cache.dtype) if kv == "auto" else key, value,
+                                       kc, vc, md.slot_mapping, "vec",
                                        kv_cache_dtype=kv)
         if corrupt is not None and corrupt[0] == layer:
             cache.view(torch.uint8).view(-1)[corrupt[1]] ^= 0x01
@@ -102,6 +109,7 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - the message is the result
         verdicts["unmetered_backend"] = f"{type(exc).__name__}: {exc}"
     verdicts["fp8"] = fp8_checks(store.with_name("fp8.sqlite"))
+    verdicts["cascade"] = cascade_checks(store.with_name("cascade.sqlite"))
     print(json.dumps(verdicts))
 
 
@@ -147,6 +155,33 @@ def fp8_checks(store: Path) -> dict[str, object]:
     step(mon, [], finished={"b-bbbbbbbb"}, caches=caches, kv="fp8")
     (v,) = [v for v in VerdictStore(store).all() if v.external == "b"]
     out["later"] = v.to_json()
+    return out
+
+
+def cascade_checks(store: Path) -> dict[str, object]:
+    """The cascade on a model-dtype cache, audited; float32 keys into a bfloat16 cache."""
+    out: dict[str, object] = {}
+    caches = [torch.zeros(NB, KVH, BS, 2 * D, dtype=torch.bfloat16) for _ in range(LAYERS)]
+
+    def fresh(**items: object) -> Monitor:
+        mon = Monitor(PluginConfig(store=store, tau=0.1, **items))  # type: ignore[arg-type]
+        mon.n_layers, mon.seats, mon.length = LAYERS, 4, 256
+        mon.fmt, mon.kv_cache_dtype = CacheFormat.MODEL_DTYPE, "auto"
+        mon.num_heads, mon.scale = H, D ** -0.5
+        return mon
+
+    mon = fresh(form="cascade", audit=True)
+    step(mon, [("c-cccccccc", [0, 1, 2], 3, [0])], caches=caches)
+    step(mon, [("c-cccccccc", [3], 4, [0])], caches=caches)
+    step(mon, [], finished={"c-cccccccc"}, caches=caches)
+    (v,) = [v for v in VerdictStore(store).all() if v.external == "c"]
+    out["verdict"] = v.to_json()
+    try:
+        step(fresh(), [("f-ffffffff", [0, 1], 2, [0])], caches=caches,
+             key_dtype=torch.float32)
+        out["float32 keys"] = "no error"
+    except Exception as exc:  # noqa: BLE001 - the message is the result
+        out["float32 keys"] = f"{type(exc).__name__}: {exc}"
     return out
 
 
