@@ -223,7 +223,9 @@ class Recorder:
                 col = {"cells": count[r], "covered": count[r] - saturated[r] - nan[r],
                        "saturated": saturated[r], "nan": nan[r],
                        "worst": max(worst[r][0], 0.0), "worst_layer": worst[r][1],
-                       "worst_head": worst[r][2], "worst_position": -1, "audited": 0,
+                       "worst_head": worst[r][2], "worst_position": -1,
+                       "by_tanh": 0,  # the kernels report the meter
+                       "audited": 0,
                        "violations": 0, "true_max": 0.0, "excess_max": 0.0}
                 summary.append([float(col[c]) for c in SUMMARY])
             accounts.add_step(tallies, summary, [1] * len(tallies),
