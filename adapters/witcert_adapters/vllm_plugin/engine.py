@@ -234,6 +234,15 @@ class Monitor:
         return "+".join(parts)
 
     @property
+    def _stored_exactly(self) -> bool | None:
+        # A model-dtype cache holds the model's keys exactly (every write checked bit for bit,
+        # in the model's dtype): every logit bound is 0, and no witness is read. The computed
+        # truth of that premise, or None where it does not apply.
+        if self.fmt is None or self.fmt.fp8 is not None or not self._model_dtype_writes:
+            return None
+        return self._model_dtype_writes
+
+    @property
     def _format_witness(self) -> bool:
         return self.config.format_witness or self.config.bands == 0
 
@@ -405,9 +414,7 @@ class Monitor:
         k_scales = [self._caches[i][1] for i in layers]
         keys = bounds = None
         fp8 = self.fmt.fp8
-        # a model-dtype cache holds the model's keys exactly (every write checked bit for bit,
-        # in the model's dtype): every logit bound is 0, and no witness is read
-        exactly = self._model_dtype_writes if fp8 is None and self._model_dtype_writes else None
+        exactly = self._stored_exactly
         need_keys = self.config.form == "meter" or buffer.exact is not None or \
             (self.config.form == "cascade" and exactly is None)
         if need_keys or (self._format_witness and exactly is None):
@@ -450,8 +457,7 @@ class Monitor:
             return []
         cache = self._caches[layers[0]][0]
         r, width = (int(n) for n in step.slots.shape)
-        exactly = self.fmt is not None and self.fmt.fp8 is None and self._model_dtype_writes
-        if exactly and self.config.form != "meter" and not self.config.audit:
+        if self._stored_exactly and self.config.form != "meter" and not self.config.audit:
             per_layer = step.rows * self.num_heads  # no key read: one bound per cell
         else:
             per_layer = max(r * int(cache.shape[1]) * int(cache.shape[3]) // 2,
