@@ -32,6 +32,7 @@ from witcert_calculus.contracts import (
     Number,
     Transfer,
     TransferKind,
+    _proved,
 )
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import (
@@ -62,7 +63,7 @@ from witcert_calculus.lean.theorems import (
     WITNESS_SOUND,
 )
 from witcert_calculus.numerics.validation import exact, float_up, positive_int
-from witcert_calculus.tiers import Measurement, Premise, Proof
+from witcert_calculus.tiers import Measurement
 
 __all__ = [
     "Pooling",
@@ -103,10 +104,6 @@ THEOREMS: dict[str, str] = {
 """Each public rule of this module and the Lean theorem that proves it."""
 
 
-def _proof(rule: str, *premises: tuple[str, bool]) -> Proof:
-    return Proof(THEOREMS[rule], tuple(Premise(s, h) for s, h in premises))
-
-
 def witness_contract(site: type[S], *, witness_max: Number
                      ) -> Contract[KeyResidualAbs[S], KeyResidualAbs[S]]:
     """The residual is at most its stored witness: ``e_out <= 0 * e_in + witness_max``.
@@ -127,7 +124,7 @@ def witness_contract(site: type[S], *, witness_max: Number
     """
     w = exact(witness_max, "witness_max")
     m = cast("type[KeyResidualAbs[S]]", at(KeyResidualAbs, site))
-    return Contract(m, m, a=0, b=w, evidence=_proof("witness_contract"), name="storage witness")
+    return _proved(m, m, a=0, b=w, theorem=THEOREMS["witness_contract"], name="storage witness")
 
 
 def score_bridge(site: type[S], *, scale: Number, q_norm_max: Number
@@ -153,9 +150,9 @@ def score_bridge(site: type[S], *, scale: Number, q_norm_max: Number
     if sc == 0:
         raise InvalidValueError("scale", scale, "must be > 0")
     q = exact(q_norm_max, "q_norm_max")
-    return Contract(cast("type[KeyResidualAbs[S]]", at(KeyResidualAbs, site)),
+    return _proved(cast("type[KeyResidualAbs[S]]", at(KeyResidualAbs, site)),
                     cast("type[LogitLinf[S]]", at(LogitLinf, site)), a=sc * q, b=0,
-                    evidence=_proof("score_bridge"), name="score bridge")
+                    theorem=THEOREMS["score_bridge"], name="score bridge")
 
 
 def _tv_bridge(rule: str, m_in: type[A], m_out: type[B], transfer: Transfer,
@@ -164,8 +161,8 @@ def _tv_bridge(rule: str, m_in: type[A], m_out: type[B], transfer: Transfer,
     assert sat is not None  # both target metrics saturate at 1
     # The affine part is the saturation line e_out <= 1, true of every distribution;
     # the transfer carries the informative bound.
-    return Contract(m_in, m_out, a=0, b=sat, evidence=_proof(rule), name=name,
-                    transfer=transfer)
+    return _proved(m_in, m_out, a=0, b=sat, theorem=THEOREMS[rule], name=name,
+                   transfer=transfer)
 
 
 def softmax_tv_eform(site: type[S]) -> Contract[LogitLinf[S], AttentionTV[S]]:
@@ -240,9 +237,9 @@ def softmax_tv_affine(site: type[S], *, eps0: Number) -> Contract[LogitLinf[S], 
     e0 = exact(eps0, "eps0")
     slope = Fraction(Transfer(TransferKind.EXP_TV)(float(e0)) * 2 + 1)
     slope = Fraction(math.nextafter(float(slope), math.inf))
-    return Contract(cast("type[LogitLinf[S]]", at(LogitLinf, site)),
+    return _proved(cast("type[LogitLinf[S]]", at(LogitLinf, site)),
                     cast("type[AttentionTV[S]]", at(AttentionTV, site)), a=slope, b=0, cap=e0,
-                    evidence=_proof("softmax_tv_affine"), name="softmax->TV (affine)")
+                    theorem=THEOREMS["softmax_tv_affine"], name="softmax->TV (affine)")
 
 
 def empirical_ratio_bridge(m_in: type[A], m_out: type[B], *, ratio: Number, samples: int,
@@ -338,10 +335,10 @@ def pooling(site: type[S], *, weights: Sequence[float] | npt.NDArray[np.floating
     l1 = sum(ws, Fraction(0))
     premise = ("w >= 0", all(w >= 0 for w in ws))
     out = cast("type[PooledError[S]]", at(PooledError, site))
-    c_l2 = Contract(cast("type[PerTokenL2[S]]", at(PerTokenL2, site)), out, a=l2, b=0,
-                    evidence=_proof("pooling.l2", premise), name="pooling (l2 caliber)")
-    c_max = Contract(cast("type[PerTokenMax[S]]", at(PerTokenMax, site)), out, a=l1, b=0,
-                     evidence=_proof("pooling.max", premise), name="pooling (max caliber)")
+    c_l2 = _proved(cast("type[PerTokenL2[S]]", at(PerTokenL2, site)), out, a=l2, b=0,
+                    theorem=THEOREMS["pooling.l2"], premises=(premise,), name="pooling (l2 caliber)")
+    c_max = _proved(cast("type[PerTokenMax[S]]", at(PerTokenMax, site)), out, a=l1, b=0,
+                     theorem=THEOREMS["pooling.max"], premises=(premise,), name="pooling (max caliber)")
     return Pooling(l2=c_l2, max=c_max)
 
 
@@ -367,7 +364,7 @@ def rank_prefix_selection(site: type[S], *, m_out: Number, m_in: Number
     mo = exact(m_out, "m_out", upper=Fraction(1))
     mi = exact(m_in, "m_in", upper=Fraction(1))
     m = cast("type[AttentionTV[S]]", at(AttentionTV, site))
-    return Contract(m, m, a=1, b=(mo + mi) / 2, evidence=_proof("rank_prefix_selection"),
+    return _proved(m, m, a=1, b=(mo + mi) / 2, theorem=THEOREMS["rank_prefix_selection"],
                     name="rank-prefix selection")
 
 
@@ -477,7 +474,7 @@ def recurrence(site: type[S], *, a_steps: npt.ArrayLike, b_steps: npt.ArrayLike 
     for a_t, b_t in zip(a_ex, b_ex, strict=True):
         a_tot, b_tot = a_t * a_tot, a_t * b_tot + b_t
     m = cast("type[RecurrentStateError[S]]", at(RecurrentStateError, site))
-    contract = Contract(m, m, a=a_tot, b=b_tot, evidence=_proof("recurrence"),
+    contract = _proved(m, m, a=a_tot, b=b_tot, theorem=THEOREMS["recurrence"],
                         name=f"recurrence over {a_arr.size} steps")
     mean_a = float(a_arr.mean())
     with np.errstate(divide="ignore"):

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final, Generic, NoReturn, TypeVar, final, overload
@@ -45,13 +45,15 @@ from typing import Any, Final, Generic, NoReturn, TypeVar, final, overload
 from typing_extensions import deprecated
 
 from witcert_calculus.errors import (
+    EvidenceMismatchError,
+    ForgedEvidenceError,
     InvalidValueError,
     MetricMismatchError,
     OutOfDomainError,
     RegimeMismatchError,
 )
 from witcert_calculus.lean.modelling import ModellingStep, modelling_of
-from witcert_calculus.lean.theorems import ADD_SOUND, ID_SOUND, lookup
+from witcert_calculus.lean.theorems import ADD_SOUND, BUILTIN_ORIGIN, ID_SOUND, lookup
 from witcert_calculus.metrics import Metric, check_value, metric_info, metric_name, same_metric
 from witcert_calculus.tiers import (
     Assumption,
@@ -61,6 +63,11 @@ from witcert_calculus.tiers import (
     Proof,
     Restricted,
     Tier,
+    _digest,
+    _evidence_key,
+    _premise,
+    _proof,
+    _sealed,
     assumptions_of,
     decide_tier,
     theorems_of,
@@ -76,6 +83,7 @@ __all__ = [
     "Transfer",
     "TransferKind",
     "chain",
+    "declare",
     "identity",
 ]
 
@@ -232,16 +240,25 @@ class Contract(Generic[In, Out]):
         transfer: an optional tighter monotone non-affine bound.
 
     Raises:
-        InvalidValueError: on NaN, inf, negative coefficients, delta outside [0, 1).
+        InvalidValueError: on NaN, inf, negative coefficients, delta outside [0, 1), or
+            composite evidence.
+        EvidenceMismatchError: on a proof issued for another claim.
         NotAMetricError: if a metric lacks its site or is not a metric.
         UnregisteredMetricError: if a metric class was never registered.
 
     Example:
-        >>> from witcert_calculus import AtConsume, KeyResidualAbs, LogitLinf, Proof
+        >>> from witcert_calculus import AtConsume, KeyResidualAbs, LogitLinf, Measurement
         >>> c = Contract(KeyResidualAbs[AtConsume], LogitLinf[AtConsume], a=0.5, b=0,
-        ...              evidence=Proof("WitCert.Bridges.score_bridge_sound"), name="score")
-        >>> c.bound(0.2).value
-        0.1
+        ...              evidence=Measurement("ratio on a calibration set", samples=64),
+        ...              name="measured score")
+        >>> c.bound(0.2).value, c.tier.name
+        (0.1, 'EMPIRICAL')
+
+    A contract backed by a proof comes from the function that checked it (a bridge such
+    as :func:`~witcert_calculus.bridges.score_bridge`, or :func:`declare` for a theorem of
+    your own): a :class:`~witcert_calculus.tiers.Proof` certifies only the claim it was
+    issued for, and one attached to other metrics, coefficients, delta, domain or
+    transfer is refused with :class:`~witcert_calculus.errors.EvidenceMismatchError`.
     """
 
     __slots__ = ("_stages", "a", "b", "cap", "delta", "evidence", "m_in", "m_out", "name")
@@ -263,7 +280,10 @@ class Contract(Generic[In, Out]):
         metric_info(m_out)
         if not isinstance(name, str) or not name.strip():
             raise InvalidValueError("name", name, "must be a non-empty string")
-        if not isinstance(evidence, (Proof, Restricted, Measurement, Composition)):
+        if isinstance(evidence, Composition):
+            raise InvalidValueError("evidence", evidence, "a composite contract is made by "
+                                    "composing contracts (>>, @, chain), not by hand")
+        if not isinstance(evidence, (Proof, Restricted, Measurement)):
             raise InvalidValueError("evidence", evidence, "must be Proof, Restricted or Measurement")
         if transfer is not None and not isinstance(transfer, Transfer):
             raise InvalidValueError("transfer", transfer, "must be a Transfer or None")
@@ -272,6 +292,9 @@ class Contract(Generic[In, Out]):
             delta=exact(delta, "delta", upper=Fraction(1), strict_upper=True),
             cap=None if cap is None else exact(cap, "cap"), transfer=transfer, evidence=evidence,
         )
+        if not isinstance(evidence, Measurement):
+            _check_claim(evidence.proof if isinstance(evidence, Restricted) else evidence,
+                         _claim(m_in, m_out, stage.a, stage.b, stage.delta, stage.cap, transfer))
         self._set(m_in, m_out, (stage,), stage.a, stage.b, stage.delta, stage.cap, evidence, name)
 
     def _set(self, m_in: object, m_out: object, stages: tuple[Stage, ...], a: Fraction,
@@ -297,8 +320,9 @@ class Contract(Generic[In, Out]):
         raise AttributeError(f"Contract is frozen; cannot delete {key!r}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Contract._composite, (self.m_in, self.m_out, self._stages, self.a, self.b,
-                                      self.delta, self.cap, self.evidence, self.name))
+        # Rebuilt stage by stage through the constructor, so a pickle whose coefficients or
+        # evidence were edited is checked like a contract built anew.
+        return (_restore, (self._stages,))
 
     def _key(self) -> tuple[object, ...]:
         return (self.m_in, self.m_out, self._stages, self.a, self.b, self.delta, self.cap,
@@ -422,7 +446,7 @@ class Contract(Generic[In, Out]):
         raw = self._evaluate(x)
         parts.extend(s.evidence for s in self._stages if not s.is_identity)
         evidence: Evidence = parts[0] if len(parts) == 1 else Composition(tuple(parts))
-        return Reading(self.m_out, raw, evidence=evidence, delta=delta)
+        return _reading(self.m_out, raw, evidence=evidence, delta=delta)
 
     def _evaluate(self, x: float) -> float:
         if math.isinf(x):
@@ -481,6 +505,113 @@ class Contract(Generic[In, Out]):
             nested = f"g{i}({nested})"
         return (f"min({affine}, {nested}){cap}, g_i(x) = min(a_i * x + b_i, T_i(x)) of the "
                 f"stages above, with T: {through}")
+
+
+_CLAIM_FIELDS: Final = ("m_in", "m_out", "a", "b", "delta", "cap", "transfer")
+
+
+def _claim(m_in: object, m_out: object, a: Fraction, b: Fraction, delta: Fraction,
+           cap: Fraction | None, transfer: Transfer | None) -> tuple[object, ...]:
+    """What a contract claims, as the proof backing it must have been issued for."""
+    tf = None if transfer is None else (transfer.kind.name, transfer.k)
+    return ("contract", metric_name(m_in), metric_name(m_out), a, b, delta, cap, tf)
+
+
+def _check_claim(proof: Proof, claim: tuple[object, ...]) -> None:
+    """Refuse a proof issued for another claim than ``claim``, naming the first field."""
+    if proof.claim == claim:
+        return
+    if not proof.claim or proof.claim[0] != "contract":
+        raise EvidenceMismatchError(proof.theorem, "claim", claim[1:], proof.claim or
+                                    "a number, not a contract")
+    for name, mine, proved in zip(_CLAIM_FIELDS, claim[1:], proof.claim[1:], strict=True):
+        if mine != proved:
+            raise EvidenceMismatchError(proof.theorem, name, mine, proved)
+
+
+def _proved(m_in: type[In], m_out: type[Out], *, a: Number, b: Number, theorem: str,
+            name: str, premises: Iterable[tuple[str, bool]] = (), delta: Number = 0,
+            cap: Number | None = None, transfer: Transfer | None = None,
+            assumptions: tuple[Assumption, ...] = ()) -> Contract[In, Out]:
+    """A contract proved by ``theorem`` on premises the calling code computed.
+
+    The proof is issued for exactly this contract's claim (metrics, coefficients, delta,
+    domain, transfer); with ``assumptions`` it is restricted by them."""
+    metric_info(m_in)
+    metric_info(m_out)
+    claim = _claim(m_in, m_out, exact(a, "a"), exact(b, "b"),
+                   exact(delta, "delta", upper=Fraction(1), strict_upper=True),
+                   None if cap is None else exact(cap, "cap"), transfer)
+    proof = _proof(theorem, tuple(_premise(s, h) for s, h in premises), claim)
+    evidence: Proof | Restricted = Restricted(proof, assumptions=assumptions) \
+        if assumptions else proof
+    return Contract(m_in, m_out, a=a, b=b, evidence=evidence, name=name, delta=delta,
+                    cap=cap, transfer=transfer)
+
+
+def declare(m_in: type[In], m_out: type[Out], *, theorem: str, a: Number, b: Number,
+            name: str, premises: Mapping[str, Callable[[], bool]] | None = None,
+            delta: Number = 0, cap: Number | None = None,
+            transfer: Transfer | None = None) -> Contract[In, Out]:
+    """A contract of your own, proved by a theorem of your own registered Lean export.
+
+    Each premise is a statement with a checker: a function of no arguments that computes
+    whether the premise holds for this contract's arguments (it is called here, once). The
+    proof is issued for exactly this contract's claim. A theorem of the shipped export is
+    refused: those certify only the claims the library's bridges and meters compute.
+
+    Args:
+        m_in / m_out: the metrics, with their sites.
+        theorem: a theorem of an export registered with
+            :func:`~witcert_calculus.lean.theorems.register_theorems`.
+        a / b / name / delta / cap / transfer: as for :class:`Contract`.
+        premises: ``{statement: checker}``.
+
+    Raises:
+        UnknownTheoremError: if no registered export holds ``theorem``.
+        InvalidValueError: if ``theorem`` is one of the shipped export's (the library
+            issues those), or a checker returns something other than a ``bool``.
+        PremiseError: if a checker returns ``False``.
+
+    Example (``docs/formal/README.md`` registers an export first):
+        ``declare(KeyResidualAbs[AtConsume], LogitLinf[AtConsume], theorem="MyProj.bound",
+        a=0.5, b=0, name="mine", premises={"scale > 0": lambda: scale > 0})``
+    """
+    record = lookup(theorem)
+    if record.origin == BUILTIN_ORIGIN:
+        raise InvalidValueError("theorem", theorem, "is a theorem of the shipped export: "
+                                "the library's bridges and meters issue its proofs")
+    checked: list[tuple[str, bool]] = []
+    for statement, checker in (premises or {}).items():
+        if not callable(checker):
+            raise InvalidValueError(f"premises[{statement!r}]", checker,
+                                    "must be a function computing the premise's truth")
+        truth = checker()
+        if not isinstance(truth, bool):
+            raise InvalidValueError(f"premises[{statement!r}]", truth,
+                                    "the checker must return a bool")
+        checked.append((statement, truth))
+    return _proved(m_in, m_out, a=a, b=b, theorem=theorem, name=name, premises=checked,
+                   delta=delta, cap=cap, transfer=transfer)
+
+
+def _restore(stages: tuple[Stage, ...]) -> Contract[Any, Any]:
+    """A contract rebuilt from its stages through the constructor (unpickling)."""
+    if not isinstance(stages, tuple) or not stages or not all(
+            isinstance(s, Stage) for s in stages):
+        raise InvalidValueError("stages", stages, "must be a non-empty tuple of Stage")
+    parts: list[Contract[Any, Any]] = []
+    for s in stages:
+        if s.is_identity:
+            parts.append(identity(s.m_in))  # type: ignore[arg-type]
+            continue
+        parts.append(Contract(s.m_in, s.m_out, a=s.a, b=s.b,  # type: ignore[arg-type]
+                              evidence=s.evidence, name=s.name, delta=s.delta, cap=s.cap,
+                              transfer=s.transfer))
+    out = parts[0]
+    for c in parts[1:]:
+        out = _compose(out, c)
+    return out
 
 
 def _capped_tier(evidence: Evidence, cap: Fraction | None) -> Tier:
@@ -562,7 +693,7 @@ def identity(metric: type[M]) -> Contract[M, M]:
         >>> identity(AttentionTV[AtConsume]).a
         Fraction(1, 1)
     """
-    c = Contract(metric, metric, a=1, b=0, evidence=Proof(ID_SOUND), name="identity")
+    c = _proved(metric, metric, a=1, b=0, theorem=ID_SOUND, name="identity")
     stage = c._stages[0]  # pyright: ignore[reportPrivateUsage]
     marked = Stage(stage.name, stage.m_in, stage.m_out, stage.a, stage.b, stage.delta, stage.cap,
                     stage.transfer, stage.evidence, is_identity=True)
@@ -688,9 +819,15 @@ class Reading(Generic[M]):
         tier: decided by :func:`decide_tier` (``SATURATED`` when a bound reaches
             saturation).
 
+    A reading backed by a proof is issued by the code that computed it (a contract's
+    :meth:`Contract.bound`, a meter, a TV bound's ``reading()``); one built here by hand
+    with a proof, or edited afterwards, is refused. Build your own readings with a
+    :class:`~witcert_calculus.tiers.Measurement` (EMPIRICAL).
+
     Raises:
         InvalidValueError: on NaN, a negative value, delta outside [0, 1), or a
             MEASURED/MEAN reading backed by a proof.
+        ForgedEvidenceError: on a proved reading not issued by the library.
     """
 
     metric: type[M]
@@ -698,6 +835,7 @@ class Reading(Generic[M]):
     evidence: Evidence
     delta: Fraction | float = 0.0
     regime: Regime = Regime.BOUND
+    seal: object = field(default=b"", repr=False, compare=False)
     value: float = field(init=False)
     tier: Tier = field(init=False)
 
@@ -726,6 +864,18 @@ class Reading(Generic[M]):
         saturation = math.inf if info.saturation is None and math.isinf(raw) else info.saturation
         object.__setattr__(self, "tier", decide_tier(self.evidence, value=raw,
                                                      saturation=saturation))
+        if decide_tier(self.evidence) > Tier.EMPIRICAL:
+            # A proved number is issued by the code that computed it, sealed over its
+            # content; one built by hand or edited (dataclasses.replace, a pickle) is refused.
+            content = ("Reading", metric_name(self.metric), raw, delta, self.regime,
+                       _evidence_key(self.evidence))
+            if self.seal is _ISSUE:
+                object.__setattr__(self, "seal", _digest(*content))
+            _sealed("Reading", self, self.seal, content[1:], _READING_REASON)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Reading, (self.metric, self.raw, self.evidence, self.delta, self.regime,
+                          self.seal))
 
     @property
     def saturated(self) -> bool:
@@ -772,7 +922,7 @@ class Reading(Generic[M]):
         else:
             evidence = Measurement("sum of measured values",
                                    samples=_samples(self.evidence) + _samples(o.evidence))
-        return Reading(self.metric, raw, evidence=evidence, delta=delta, regime=self.regime)
+        return _reading(self.metric, raw, evidence=evidence, delta=delta, regime=self.regime)
 
     def __lt__(self, other: Reading[M]) -> bool:
         return self.raw < self._check("<", other).raw
@@ -810,6 +960,18 @@ class Reading(Generic[M]):
         sat = " (saturated)" if self.saturated else ""
         return (f"{metric_name(self.metric)} {self.regime.value} {self.value:.6g}{sat} "
                 f"[{self.tier.name}, delta={float(self.delta):.3g}]")
+
+
+_ISSUE: Final = object()
+_READING_REASON: Final = ("a proved reading is issued by the code that computed its value "
+                          "(Contract.bound, a meter, TVBound.reading); back a number of your "
+                          "own with Measurement")
+
+
+def _reading(metric: type[M], raw: float, *, evidence: Evidence,
+             delta: Fraction | float = 0.0, regime: Regime = Regime.BOUND) -> Reading[M]:
+    """Issue a reading whose value the calling code computed from its evidence."""
+    return Reading(metric, raw, evidence=evidence, delta=delta, regime=regime, seal=_ISSUE)
 
 
 def _samples(e: Evidence) -> int:

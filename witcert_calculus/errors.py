@@ -17,6 +17,8 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     ├── MetricAlreadyRegisteredError (ValueError)  a metric class registered a second time
     ├── NotAMetricError              (TypeError)   something that is not a site-indexed metric
     ├── ForgedBoundError             (TypeError)   an established type built outside its establisher
+    ├── ForgedEvidenceError          (TypeError)   evidence not issued by the code that checked it
+    ├── EvidenceMismatchError        (ValueError)  a proof attached to a claim it does not prove
     ├── AdmissionError               (ValueError)  the ledger refuses an object by rule
     ├── BudgetExceededError          (RuntimeError) a delta above the request's next allowance
     │   └── AllowanceMovedError                    an allowance read before others drew it
@@ -48,7 +50,9 @@ __all__ = [
     "BudgetExceededError",
     "ChainSpecError",
     "EngineMismatchError",
+    "EvidenceMismatchError",
     "ForgedBoundError",
+    "ForgedEvidenceError",
     "InjectionError",
     "InvalidValueError",
     "JournalError",
@@ -306,6 +310,56 @@ class ForgedBoundError(WitcertError, TypeError):
             "plain array: its premise is then carried as an assumption (at most "
             "PARTIALLY_CERTIFIED)"
         )
+
+
+@final
+class ForgedEvidenceError(WitcertError, TypeError):
+    """Evidence (a ``Proof``, ``Premise``, proved ``Reading`` or TV bound) that was not
+    issued by the library code that checked it: built by hand, edited with
+    ``dataclasses.replace``, or unpickled in another process or after an edit.
+
+    Args:
+        kind: the type's name, e.g. ``"Proof"``.
+        value: the offending value (its repr is shown).
+        reason: how such a value is obtained instead.
+    """
+
+    def __init__(self, kind: str, value: object, reason: str) -> None:
+        self.kind = kind
+        self.value = value
+        self.reason = reason
+        super().__init__(kind, value, reason)
+
+    def _message(self) -> str:
+        return (f"{self.kind} {self.value!r} was not issued by the code that checked it: "
+                f"{self.reason}")
+
+
+@final
+class EvidenceMismatchError(WitcertError, ValueError):
+    """A proof attached to a claim other than the one it was issued for.
+
+    A proof is issued for one claim (a contract's metrics, coefficients, delta, domain
+    and transfer); it certifies only that claim.
+
+    Args:
+        theorem: the proof's theorem.
+        field: the part of the claim that differs (``"b"``, ``"transfer"``, ...).
+        claimed: the value on the object the proof was attached to.
+        proved: the value the proof was issued for.
+    """
+
+    def __init__(self, theorem: str, field: str, claimed: object, proved: object) -> None:
+        self.theorem = theorem
+        self.field = field
+        self.claimed = claimed
+        self.proved = proved
+        super().__init__(theorem, field, claimed, proved)
+
+    def _message(self) -> str:
+        return (f"{self.theorem} was issued for {self.field}={self.proved!r}, not "
+                f"{self.field}={self.claimed!r}: a proof certifies only the claim it was "
+                "issued for")
 
 
 @final

@@ -37,11 +37,14 @@ Main declarations:
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
 import math
+import os
 from dataclasses import dataclass, field
-from typing import TypeAlias, final
+from typing import Any, TypeAlias, final
 
-from witcert_calculus.errors import InvalidValueError, PremiseError
+from witcert_calculus.errors import ForgedEvidenceError, InvalidValueError, PremiseError
 from witcert_calculus.lean.theorems import (
     COMP_SOUND,
     LE_WEAKEST,
@@ -110,22 +113,56 @@ def weakest(first: Tier, *rest: Tier) -> Tier:
     return Tier(out)
 
 
+# Evidence is sealed by the code that checked it: a keyed digest (the key is drawn when the
+# process starts and never leaves it) over the evidence's content. A value built by hand,
+# edited with dataclasses.replace, or unpickled after an edit or in another process carries
+# no valid seal and is refused (docs/concepts/trust.md, "Evidence is issued, never typed in").
+_KEY: bytes = os.urandom(32)
+
+
+def _digest(*parts: object) -> bytes:
+    """The seal of a value whose content is ``parts`` (their reprs are exact)."""
+    return hmac.new(_KEY, repr(parts).encode(), hashlib.sha256).digest()
+
+
+def _sealed(kind: str, value: object, seal: object, parts: tuple[object, ...],
+            reason: str) -> None:
+    """Refuse ``value`` unless ``seal`` is the digest of its content."""
+    if not isinstance(seal, bytes) or not hmac.compare_digest(seal, _digest(kind, *parts)):
+        raise ForgedEvidenceError(kind, value, reason)
+
+
+_PREMISE_REASON = ("a premise comes only from the code that computed its truth (a "
+                   "bridge's or meter's checker, or a checker passed to "
+                   "witcert_calculus.declare)")
+_PROOF_REASON = ("a proof is issued by the bridge, meter or contract that checked its "
+                 "premises for one claim; declare a contract of your own theorem with "
+                 "witcert_calculus.declare, or back a number with Measurement")
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class Premise:
     """A premise of a theorem, stated as text, with the machine's verdict on it.
 
+    Premises are issued only by the code that computed their truth (a bridge's or meter's
+    checker, or a checker passed to :func:`~witcert_calculus.contracts.declare`); one built
+    by hand is refused with :class:`~witcert_calculus.errors.ForgedEvidenceError`.
+
     Attributes:
         statement: the premise, e.g. ``"a2 >= 0"``.
         holds: whether it was checked to hold for these arguments: a ``bool`` computed
-            by code (a check's result, or a provenance check on an established value).
+            by code.
+        seal: the issuing code's seal over the two.
 
     Raises:
         InvalidValueError: on an empty statement or a truth value that is not a ``bool``.
+        ForgedEvidenceError: on a missing or wrong seal.
     """
 
     statement: str
     holds: bool
+    seal: bytes = field(default=b"", repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.statement, str) or not self.statement.strip():
@@ -133,6 +170,15 @@ class Premise:
         if not isinstance(self.holds, bool):
             raise InvalidValueError("holds", self.holds,
                                     "must be a bool computed from the arguments")
+        _sealed("Premise", self, self.seal, (self.statement, self.holds), _PREMISE_REASON)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Premise, (self.statement, self.holds, self.seal))
+
+
+def _premise(statement: str, holds: bool) -> Premise:
+    """Issue a premise whose truth the calling code computed."""
+    return Premise(statement, holds, _digest("Premise", statement, holds))
 
 
 @final
@@ -153,8 +199,10 @@ class Assumption:
         InvalidValueError: on an empty statement or reason.
 
     Example:
+        >>> from witcert_calculus import AtConsume, AttentionTV, identity
+        >>> proof = identity(AttentionTV[AtConsume]).evidence  # a proof issued by the library
         >>> a = Assumption("rho_t >= ||v_t - v_hat_t||", reason="the exact values are not passed")
-        >>> decide_tier(Restricted(Proof("WitCert.Contract.comp_sound"), assumptions=(a,))).name
+        >>> decide_tier(Restricted(proof, assumptions=(a,))).name
         'PARTIALLY_CERTIFIED'
     """
 
@@ -171,9 +219,17 @@ class Assumption:
 class Proof:
     """A bound proved in Lean whose premises were checked for these arguments.
 
+    A proof is issued by the code that checked its premises (a bridge, a meter, a
+    contract's composition, or :func:`~witcert_calculus.contracts.declare` for a theorem of
+    the user's own Lean export), for one claim: a contract's metrics and coefficients, or
+    nothing beyond the number it backs. One built by hand or edited is refused.
+
     Attributes:
         theorem: fully qualified Lean theorem name, e.g. ``"WitCert.Contract.comp_sound"``.
         premises: the premises and their checked truth values.
+        claim: what the proof was issued for (a contract's claim, see
+            :class:`~witcert_calculus.contracts.Contract`; empty for a meter's number).
+        seal: the issuing code's seal over the three.
 
     Raises:
         InvalidValueError: if the theorem name is not a qualified Lean name.
@@ -182,16 +238,21 @@ class Proof:
             :func:`~witcert_calculus.lean.theorems.register_theorems`).
         PremiseError: if a premise does not hold (a bound is never issued on a
             false premise; nothing is silently demoted).
+        ForgedEvidenceError: on a missing or wrong seal.
     """
 
     theorem: str
     premises: tuple[Premise, ...] = ()
+    claim: tuple[object, ...] = ()
+    seal: bytes = field(default=b"", repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.theorem, str) or not self.theorem or any(
                 ch.isspace() for ch in self.theorem):
             raise InvalidValueError("theorem", self.theorem, "must be a qualified Lean name")
         lookup(self.theorem)
+        if not isinstance(self.premises, tuple):
+            raise InvalidValueError("premises", self.premises, "must be a tuple of Premise")
         for p in self.premises:
             if not isinstance(p, Premise):
                 kind = "an Assumption is not a premise: carry it in Restricted(proof, " \
@@ -199,6 +260,27 @@ class Proof:
                 raise InvalidValueError("premises", p, kind)
             if not p.holds:
                 raise PremiseError(self.theorem, p.statement, False)
+        if not isinstance(self.claim, tuple):
+            raise InvalidValueError("claim", self.claim, "must be a tuple")
+        _sealed("Proof", self, self.seal, _proof_content(self.theorem, self.premises,
+                                                         self.claim), _PROOF_REASON)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Proof, (self.theorem, self.premises, self.claim, self.seal))
+
+
+def _proof_content(theorem: str, premises: tuple[Premise, ...],
+                   claim: tuple[object, ...]) -> tuple[object, ...]:
+    return (theorem, tuple(p.seal for p in premises), claim)
+
+
+def _proof(theorem: str, premises: tuple[Premise, ...] = (),
+           claim: tuple[object, ...] = ()) -> Proof:
+    """Issue a proof of ``claim`` by ``theorem`` on premises the calling code checked."""
+    if isinstance(premises, tuple):
+        content = _proof_content(theorem, premises, claim)
+        return Proof(theorem, premises, claim, _digest("Proof", *content))
+    return Proof(theorem, premises, claim)
 
 
 @final
@@ -235,6 +317,11 @@ class Restricted:
                                         "must state the subset (or the assumptions)")
             object.__setattr__(self, "subset", "inputs on which these assumptions hold: "
                                + "; ".join(a.statement for a in self.assumptions))
+        if not isinstance(self.proof, Proof):
+            raise InvalidValueError("proof", self.proof, "must be a Proof")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Restricted, (self.proof, self.subset, self.assumptions))
 
 
 @final
@@ -275,9 +362,16 @@ class Composition:
     restriction: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.parts:
+        if not isinstance(self.parts, tuple) or not self.parts:
             raise InvalidValueError("parts", self.parts, "a composition needs at least one part")
+        for part in self.parts:
+            if not isinstance(part, (Proof, Restricted, Measurement, Composition)):
+                raise InvalidValueError("parts", part,
+                                        "must be Proof, Restricted, Measurement or Composition")
         lookup(self.theorem)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Composition, (self.parts, self.theorem, self.restriction))
 
 
 Evidence: TypeAlias = Proof | Restricted | Measurement | Composition
@@ -303,7 +397,9 @@ def decide_tier(evidence: Evidence, *, value: float | None = None,
         InvalidValueError: if ``value`` is NaN or evidence is of an unknown kind.
 
     Example:
-        >>> decide_tier(Proof("WitCert.Contract.comp_sound"), value=1.0, saturation=1.0)
+        >>> from witcert_calculus import AtConsume, AttentionTV, identity
+        >>> proof = identity(AttentionTV[AtConsume]).evidence  # a proof issued by the library
+        >>> decide_tier(proof, value=1.0, saturation=1.0)
         <Tier.SATURATED: 0>
     """
     if value is not None and math.isnan(value):
@@ -335,7 +431,8 @@ def assumptions_of(evidence: Evidence) -> tuple[Assumption, ...]:
 
     Example:
         >>> a = Assumption("queries are non-adaptive", reason="no code sees how q was chosen")
-        >>> p = Proof("WitCert.Contract.comp_sound")
+        >>> from witcert_calculus import AtConsume, AttentionTV, identity
+        >>> p = identity(AttentionTV[AtConsume]).evidence
         >>> [x.statement for x in assumptions_of(Composition((p, Restricted(p, assumptions=(a,)))))]
         ['queries are non-adaptive']
     """
@@ -350,6 +447,18 @@ def assumptions_of(evidence: Evidence) -> tuple[Assumption, ...]:
 
     walk(evidence)
     return tuple(dict.fromkeys(out))
+
+
+def _evidence_key(evidence: Evidence) -> tuple[object, ...]:
+    """The content of a piece of evidence for a seal over a value it backs."""
+    if isinstance(evidence, Proof):
+        return ("P", evidence.seal)
+    if isinstance(evidence, Restricted):
+        return ("R", evidence.proof.seal, evidence.subset, evidence.assumptions)
+    if isinstance(evidence, Composition):
+        return ("C", evidence.theorem, evidence.restriction,
+                tuple(_evidence_key(p) for p in evidence.parts))
+    return ("M", evidence)
 
 
 def theorems_of(evidence: Evidence) -> tuple[str, ...]:

@@ -73,7 +73,7 @@ from witcert_adapters.live_run import LiveRun, TierBEvent
 from witcert_adapters.runs import ProbePath, Site
 from witcert_adapters.schemes import get_scheme
 from witcert_adapters.witness_cache import WitnessCache
-from witcert_calculus.contracts import Reading
+from witcert_calculus.contracts import Reading, _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.ledger import RiskLedger
@@ -276,7 +276,7 @@ class Probe:
                 b.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)  # raises PremiseError
         worst = self._event_bases[int(torch.argmax(maxima))]
         evidence_max = worst.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
-        reading = Reading(AttentionTV[AtConsume], raw, evidence=evidence_max, delta=delta.exact)
+        reading = _reading(AttentionTV[AtConsume], raw, evidence=evidence_max, delta=delta.exact)
         admission = self.ledger.admit(self.request_id, reading)
         self._events.append(TierBEvent(len(self._events), delta.exact, rows, reading, admission))
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from witcert_adapters.live_run import LiveRun
 from witcert_calculus import RiskLedger, Verdict
-from witcert_calculus.contracts import Contract, Reading, chain
+from witcert_calculus.contracts import Contract, Reading, chain, _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.metrics import AtConsume, AttentionTV, KeyResidualAbs
@@ -87,7 +87,7 @@ def layer_readings(run: LiveRun, *, chains: Mapping[int, DenseChain] | None = No
         # The logit bounds were established from the stored witnesses and the live queries
         # (witcert_kernels.meter.logit_bound); each call's computed premises are read here.
         evidence = read.evidence(TV_EFORM_SOUND if eform_wins else METER_THEOREM)
-        reading = Reading(AttentionTV[AtConsume], value, evidence=evidence)
+        reading = _reading(AttentionTV[AtConsume], value, evidence=evidence)
         ch = None if chains is None else chains.get(layer)
         out.append(LayerReading(layer, reading, (cell[0], cell[1], cell[2]), ch,
                                 None if ch is None else ch.bound(0.0)))

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from witcert_adapters.runs import ProbePath
-from witcert_calculus.meters.tv_forms import TVBasis
+from witcert_calculus.meters.tv_forms import TVBasis, _issue_basis  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.tiers import Evidence
 
 __all__ = ["AuditRecord", "FloatArray", "IntArray", "KeyStoreRecord", "LayerRecord", "ReadRecord",
@@ -152,7 +152,7 @@ class ReadRecord:
             PremiseError: if a premise computed from a call's inputs does not hold.
         """
         if not self.bases:
-            return TVBasis((), None, Fraction(0)).evidence(theorem)
+            return _issue_basis((), None, Fraction(0)).evidence(theorem)
         found = [b.evidence(theorem) for b in self.bases]
         return found[0]
 

@@ -61,7 +61,7 @@ from witcert_calculus.numerics.rounding import Margin, cast_margin, grid_mean_ma
     variance_margin
 from witcert_calculus.meters.witness import LogitBound, RopeLayout
 from witcert_calculus.numerics.validation import positive_int, real, uint
-from witcert_calculus.tiers import Assumption, Evidence, Premise
+from witcert_calculus.tiers import Assumption, Evidence, _premise
 from witcert_kernels.meter import _add_bounds, band_norms  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.rounding import outward
 # The shared constructions of an established bound and of its evidence (not public API).
@@ -571,6 +571,6 @@ def _tier_b_query_evidence(tq: _TierBQuery, assumptions: tuple[Assumption, ...])
     """The evidence of a Tier-B bound built from ``tq`` (beside the per-tensor checks)."""
     sc, dl, d, nb = tq.scale, tq.delta_loc, tq.head_dim, tq.blocks
     return _tier_b_evidence(premises=(
-        Premise("scale > 0 and 0 < delta_loc < 1", sc > 0 and 0 < dl < 1),
-        Premise(f"the {nb} scale blocks tile the {d} channels", nb >= 1 and d % nb == 0)),
+        _premise("scale > 0 and 0 < delta_loc < 1", sc > 0 and 0 < dl < 1),
+        _premise(f"the {nb} scale blocks tile the {d} channels", nb >= 1 and d % nb == 0)),
         union=None, assumptions=(NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM, *assumptions))

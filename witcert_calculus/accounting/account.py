@@ -55,7 +55,7 @@ from witcert_calculus.accounting.entries import (
     certify_entries,
     certify_step,
 )
-from witcert_calculus.contracts import Reading, Regime
+from witcert_calculus.contracts import Reading, Regime, _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.errors import (
     AllowanceMovedError,
@@ -362,7 +362,7 @@ class EntryBatch:
             if idx.size != cert.n_entries:
                 raise InvalidValueError("slots", f"{idx.size} slots",
                                         f"must name one slot per entry ({cert.n_entries})")
-        step: Reading[Any] = Reading(metric, cert.step_bound,
+        step: Reading[Any] = _reading(metric, cert.step_bound,
                                      evidence=Composition((evidence,),
                                                           theorem=ENTRY_FALLBACK_SOUND),
                                      delta=delta)

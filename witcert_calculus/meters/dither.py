@@ -72,7 +72,7 @@ from witcert_calculus.numerics.rounding import (
     radius_margin,
     variance_margin,
 )
-from witcert_calculus.tiers import Assumption, Composition, Evidence, Premise, Proof, Restricted
+from witcert_calculus.tiers import Assumption, Composition, Evidence, Premise, Restricted, _premise, _proof
 from witcert_calculus.numerics.validation import F64, distribution, finite_array, nonneg_array, \
     positive_int, real, uint
 from witcert_calculus.meters.witness import LogitBound, RopeLayout
@@ -669,16 +669,16 @@ def tier_b_logit_bound(query: ArrayLike, stored: DitheredKeys, *, scale: float,
     n = s_count if tokens is None else positive_int("tokens", tokens)
     scales = stored.scales.astype(np.float64)
     evidence = _tier_b_evidence(premises=(
-        Premise("the store is a DitheredKeys: xi is regenerated from its own Philox key "
+        _premise("the store is a DitheredKeys: xi is regenerated from its own Philox key "
                 "at read time (dither_dequantize), as at write time",
                 isinstance(stored, DitheredKeys)),
-        Premise(f"every code lies in [-{QMAX}, {QMAX}] (QMAX): no kept channel clipped, "
+        _premise(f"every code lies in [-{QMAX}, {QMAX}] (QMAX): no kept channel clipped, "
                 "so its error is within s/2 of the stored scale",
                 int(np.abs(stored.payload.astype(np.int16)).max(initial=0)) <= QMAX),
-        Premise("every block scale is finite and >= 0",
+        _premise("every block scale is finite and >= 0",
                 bool(np.isfinite(scales).all() and (scales >= 0).all())),
-        Premise("scale > 0 and 0 < delta_loc < 1", sc > 0 and 0 < dl < 1)),
-        union=Premise(f"the union bound runs over S = {n} >= {s_count} stored tokens",
+        _premise("scale > 0 and 0 < delta_loc < 1", sc > 0 and 0 < dl < 1)),
+        union=_premise(f"the union bound runs over S = {n} >= {s_count} stored tokens",
                       n >= s_count),
         assumptions=(NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM))
     return _establish(_read_only(out), evidence=evidence, delta=Fraction(dl),
@@ -690,9 +690,9 @@ def _tier_b_evidence(*, premises: tuple[Premise, ...], union: Premise | None,
     """Evidence of ``|eps_t| <= u_t`` for every token of a row except with probability
     ``delta_loc``: the Chernoff tail per token on the stated assumptions, then the union bound."""
     return Composition(
-        (Restricted(Proof(DITHER_LOGIT_TAIL, premises), subset=NON_ADAPTIVE,
+        (Restricted(_proof(DITHER_LOGIT_TAIL, premises), subset=NON_ADAPTIVE,
                     assumptions=assumptions),
-         Proof(SIGNAVG_UNION_LE, () if union is None else (union,))),
+         _proof(SIGNAVG_UNION_LE, () if union is None else (union,))),
         theorem=SIGNAVG_UNION_LE)
 
 

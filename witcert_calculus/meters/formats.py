@@ -57,7 +57,7 @@ from witcert_calculus.numerics.rounding import logit_margin, outward
 from witcert_calculus.lean.theorems import BOX_LOGIT_BOUND_SOUND, FORMAT_RESIDUAL_LE, \
     NEAREST_RESIDUAL_LE, TRUNC_RESIDUAL_LE
 from witcert_calculus.numerics.validation import F64, finite_array, float_up, nonneg_array, real
-from witcert_calculus.tiers import Premise, Proof
+from witcert_calculus.tiers import Proof, _premise, _proof
 # The one construction of an established bound (not public API).
 from witcert_calculus.meters.witness import LogitBound, _add_shapes, _establish, _read_only  # pyright: ignore[reportPrivateUsage]
 
@@ -232,12 +232,12 @@ def format_witness(codes: ArrayLike, *, fmt: Fp8Format, rounding: Rounding,
 def box_evidence(*, scale: float, channels: int, witness_ok: bool | None) -> Proof:
     """Evidence of ``c_t = scale sum_c |q_c| w_{t,c}``: the box bound, with its premises
     computed (``witness_ok=None``: that premise is deferred to the bound's checks)."""
-    premises = [Premise("scale >= 0", scale >= 0),
-                Premise(f"the query's {channels} channels meet the witness's channel by "
+    premises = [_premise("scale >= 0", scale >= 0),
+                _premise(f"the query's {channels} channels meet the witness's channel by "
                         "channel (equal head dimensions)", channels > 0)]
     if witness_ok is not None:
-        premises.append(Premise(BOX_PREMISE, witness_ok))
-    return Proof(BOX_LOGIT_BOUND_SOUND, tuple(premises))
+        premises.append(_premise(BOX_PREMISE, witness_ok))
+    return _proof(BOX_LOGIT_BOUND_SOUND, tuple(premises))
 
 
 #: The premise on the per-channel witnesses (computed eagerly by numpy, deferred by torch).

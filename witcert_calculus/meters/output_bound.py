@@ -28,12 +28,12 @@ from typing import Final
 import numpy as np
 from numpy.typing import ArrayLike
 
-from witcert_calculus.contracts import Contract
+from witcert_calculus.contracts import Contract, _proved
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import OUTPUT_ERROR_BOUND_VECTOR_SOUND
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, AttentionTV
 from witcert_calculus.numerics.rounding import outward, sum_margin
-from witcert_calculus.tiers import Assumption, Premise, Proof, Restricted
+from witcert_calculus.tiers import Assumption
 from witcert_calculus.numerics.validation import F64, distribution, float_up, is_distribution, nonneg_array, \
     real
 
@@ -91,13 +91,13 @@ def output_error_contract(*, value_norm_max: float, p_tilde: ArrayLike, rho: Arr
         raise InvalidValueError("rho", f"array of shape {r.shape}",
                                 f"must have the shape of p_tilde {p.shape}")
     b = _sum_upper(p, r)
-    evidence = Restricted(Proof(OUTPUT_ERROR_BOUND_VECTOR_SOUND, (
-        Premise("value_norm_max >= 0", vmax >= 0),
-        Premise("rho_t >= 0 for every token t", bool((r >= 0).all())),
-        Premise("p_tilde is a probability vector (renormalized)", is_distribution(p)))),
-        assumptions=(VALUE_NORM_ASSUMPTION, RHO_ASSUMPTION))
-    return Contract(AttentionTV[AtConsume], AttentionOutputL2[AtConsume],
-                    a=2 * Fraction(vmax), b=b, evidence=evidence, name="output_error")
+    return _proved(AttentionTV[AtConsume], AttentionOutputL2[AtConsume],
+                   a=2 * Fraction(vmax), b=b, theorem=OUTPUT_ERROR_BOUND_VECTOR_SOUND,
+                   premises=(("value_norm_max >= 0", vmax >= 0),
+                             ("rho_t >= 0 for every token t", bool((r >= 0).all())),
+                             ("p_tilde is a probability vector (renormalized)",
+                              is_distribution(p))),
+                   assumptions=(VALUE_NORM_ASSUMPTION, RHO_ASSUMPTION), name="output_error")
 
 
 def output_error_bound(tv: float, *, value_norm_max: float, p_tilde: ArrayLike,

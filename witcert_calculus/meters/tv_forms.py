@@ -52,7 +52,7 @@ from typing import Any, Final, Generic, TypeVar, final
 import numpy as np
 from numpy.typing import ArrayLike
 
-from witcert_calculus.contracts import Reading
+from witcert_calculus.contracts import Reading, _reading
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.numerics.rounding import outward, tanh_margin, tv_margin
@@ -68,10 +68,14 @@ from witcert_calculus.tiers import (
     Composition,
     Evidence,
     Measurement,
-    Premise,
     Proof,
     Restricted,
     Tier,
+    _digest,
+    _evidence_key,
+    _premise,
+    _proof,
+    _sealed,
     assumptions_of,
     decide_tier,
     theorems_of,
@@ -236,6 +240,21 @@ class TVBasis:
     logit: Evidence | None
     delta: Fraction
     also: tuple[str, ...] = ()
+    seal: bytes = field(default=b"", repr=False)
+
+    def __post_init__(self) -> None:
+        _sealed("TVBasis", self, self.seal,
+                _basis_content(self.checks, self.logit, self.delta, self.also),
+                "a basis is issued by the TV function (or kernel) that computed its checks")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TVBasis, (self.checks, self.logit, self.delta, self.also, self.seal))
+
+    def __copy__(self) -> TVBasis:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> TVBasis:
+        return self
 
     @property
     def assumptions(self) -> tuple[Assumption, ...]:
@@ -268,8 +287,8 @@ class TVBasis:
             >>> [a.statement[:14] for a in b.basis.assumptions]
             ['c_t >= |eps_t|']
         """
-        premises = tuple(Premise(statement, bool(truth)) for statement, truth in self.checks)
-        proofs = tuple(Proof(t, premises) for t in (theorem, *more, *self.also))
+        premises = tuple(_premise(statement, bool(truth)) for statement, truth in self.checks)
+        proofs = tuple(_proof(t, premises) for t in (theorem, *more, *self.also))
         parts: tuple[Proof | Restricted | Composition, ...]
         restriction: str | None = None
         if self.logit is None:
@@ -282,6 +301,21 @@ class TVBasis:
         if len(parts) == 1:
             return parts[0]
         return Composition(parts, theorem=theorem, restriction=restriction)
+
+
+def _basis_content(checks: tuple[tuple[str, object], ...], logit: Evidence | None,
+                   delta: Fraction, also: tuple[str, ...]) -> tuple[object, ...]:
+    # A truth computed later on the device (a 0-d tensor) is sealed as that object.
+    truths = tuple((statement, bool(truth) if isinstance(truth, (bool, np.bool_))
+                    else ("deferred", id(truth))) for statement, truth in checks)
+    return (truths, None if logit is None else _evidence_key(logit), delta, also)
+
+
+def _issue_basis(checks: tuple[tuple[str, object], ...], logit: Evidence | None,
+                 delta: Fraction, also: tuple[str, ...] = ()) -> TVBasis:
+    """Issue the basis of TV bounds whose checks the calling code computed."""
+    return TVBasis(checks, logit, delta, also,
+                   _digest("TVBasis", *_basis_content(checks, logit, delta, also)))
 
 
 def _flat(e: Evidence) -> tuple[Proof | Restricted | Composition, ...]:
@@ -315,7 +349,7 @@ def _basis(c: object, checks: tuple[tuple[str, object], ...],
            also: tuple[str, ...] = ()) -> TVBasis:
     """The basis of bounds computed from ``c`` (a LogitBound or the caller's array)."""
     if not isinstance(c, LogitBound):
-        return TVBasis(checks=checks, logit=None, delta=Fraction(0), also=also)
+        return _issue_basis(checks, None, Fraction(0), also)
     bound: LogitBound[Any] = c  # pyright: ignore[reportUnknownVariableType]
     established = is_established(bound)
     if not established:
@@ -325,8 +359,7 @@ def _basis(c: object, checks: tuple[tuple[str, object], ...],
     premise = (f"c_t >= |eps_t| for every token t{event}: by construction, a LogitBound "
                f"established by {bound.source} ({', '.join(theorems_of(bound.evidence))})",
                established)
-    return TVBasis(checks=(premise, *bound.checks, *checks), logit=bound.evidence,
-                   delta=bound.delta, also=also)
+    return _issue_basis((premise, *bound.checks, *checks), bound.evidence, bound.delta, also)
 
 
 def _values(c: LogitBound[Any] | ArrayLike) -> ArrayLike:
@@ -372,6 +405,18 @@ class TVBound:
     theorem: str
     form: str
     basis: TVBasis = field(compare=False, repr=False)
+    seal: bytes = field(default=b"", compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.basis, TVBasis):
+            raise InvalidValueError("basis", self.basis, "must be a TVBasis")
+        _sealed("TVBound", self, self.seal, (self.raw, self.value, self.theorem, self.form,
+                                             self.basis.seal),
+                "a TV bound is issued by the TV function that computed it")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TVBound, (self.raw, self.value, self.theorem, self.form, self.basis,
+                          self.seal))
 
     @property
     def saturated(self) -> bool:
@@ -400,12 +445,14 @@ class TVBound:
             >>> tv_eform(p, c).reading().tier.name
             'CERTIFIED'
         """
-        return Reading(AttentionTV[AtConsume], self.raw, evidence=self.basis.evidence(self.theorem),
-                       delta=self.basis.delta)
+        return _reading(AttentionTV[AtConsume], self.raw,
+                        evidence=self.basis.evidence(self.theorem), delta=self.basis.delta)
 
 
 def _tv(raw: float, theorem: str, form: str, basis: TVBasis) -> TVBound:
-    return TVBound(raw=raw, value=min(1.0, raw), theorem=theorem, form=form, basis=basis)
+    value = min(1.0, raw)
+    return TVBound(raw, value, theorem, form, basis,
+                   _digest("TVBound", raw, value, theorem, form, basis.seal))
 
 
 @final

@@ -54,7 +54,7 @@ from typing import Any, Final, Generic, NoReturn, TypeVar, final, overload
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-from witcert_calculus.contracts import Reading
+from witcert_calculus.contracts import Reading, _reading
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
 from witcert_calculus.lean.theorems import ADD_SOUND, LOGIT_BOUND_SOUND, MIN_BOUND_SOUND
 from witcert_calculus.metrics import AtConsume, LogitLinf
@@ -63,9 +63,9 @@ from witcert_calculus.tiers import (
     Assumption,
     Composition,
     Evidence,
-    Premise,
-    Proof,
     Restricted,
+    _premise,
+    _proof,
     assumptions_of,
 )
 from witcert_calculus.numerics.validation import F64, finite_array, nonneg_array, positive_int, real
@@ -309,9 +309,10 @@ def _add_shapes(a: F64, b: F64) -> F64:
 
 
 def _read_only(x: F64) -> F64:
-    x.flags.writeable = False
-    view: F64 = x.view()
-    return view
+    """``x`` copied into immutable memory: no flag can make the copy writable again."""
+    out: F64 = np.frombuffer(np.ascontiguousarray(x).tobytes(),
+                             dtype=x.dtype).reshape(x.shape)
+    return out
 
 
 # The premise on the witness array (computed eagerly by numpy, deferred by torch).
@@ -323,13 +324,13 @@ def _tier_a_evidence(*, scale: float, bands: int, query_bands: int, witness_ok: 
                      assumptions: tuple[Assumption, ...] = ()) -> Evidence:
     """Evidence of ``c_t = scale sum_b qn_b w[t, b]``, premises of the Lean theorem computed
     (``witness_ok=None``: that premise is deferred to the bound's checks)."""
-    premises = [Premise("scale >= 0", scale >= 0),
-                Premise(f"qn_b >= ||q_b|| for each of the witness's {bands} bands: band norms "
-                        "of the query over the same bands, rounded outward",
-                        query_bands == bands)]
+    premises = [_premise("scale >= 0", scale >= 0),
+                _premise(f"qn_b >= ||q_b|| for each of the witness's {bands} bands: band "
+                         "norms of the query over the same bands, rounded outward",
+                         query_bands == bands)]
     if witness_ok is not None:
-        premises.insert(1, Premise(_WITNESS_PREMISE, witness_ok))
-    proof = Proof(LOGIT_BOUND_SOUND, tuple(premises))
+        premises.insert(1, _premise(_WITNESS_PREMISE, witness_ok))
+    proof = _proof(LOGIT_BOUND_SOUND, tuple(premises))
     if not assumptions:
         return proof
     return Restricted(proof, assumptions=assumptions)
@@ -570,19 +571,19 @@ def logit_linf_reading(c: LogitBound[Any] | ArrayLike) -> Reading[LogitLinf[AtCo
             raise ForgedBoundError("LogitBound", ESTABLISHERS)
         bound: LogitBound[Any] = c  # pyright: ignore[reportUnknownVariableType]
         cc = nonneg_array("c", np.asarray(bound.values, dtype=np.float64), ndim=1)
-        checks = tuple(Premise(statement, bool(truth)) for statement, truth in bound.checks)
+        checks = tuple(_premise(statement, bool(truth)) for statement, truth in bound.checks)
         evidence: Evidence = bound.evidence
         if checks:
-            evidence = Composition((evidence, Proof(LOGIT_BOUND_THEOREM, checks)),
+            evidence = Composition((evidence, _proof(LOGIT_BOUND_THEOREM, checks)),
                                    theorem=LOGIT_BOUND_THEOREM)
         delta = bound.delta
     else:
         cc = nonneg_array("c", c, ndim=1)
-        evidence = Restricted(Proof(LOGIT_BOUND_THEOREM, (
-            Premise("c_t is finite and >= 0 for every token t",
-                    bool(np.isfinite(cc).all() and (cc >= 0).all())),)),
+        evidence = Restricted(_proof(LOGIT_BOUND_THEOREM, (
+            _premise("c_t is finite and >= 0 for every token t",
+                     bool(np.isfinite(cc).all() and (cc >= 0).all())),)),
             assumptions=(CALLER_LOGIT_BOUND,))
         delta = Fraction(0)
     if cc.size == 0:
         raise InvalidValueError("c", "empty array", "must hold at least one token")
-    return Reading(LogitLinf[AtConsume], float(cc.max()), evidence=evidence, delta=delta)
+    return _reading(LogitLinf[AtConsume], float(cc.max()), evidence=evidence, delta=delta)

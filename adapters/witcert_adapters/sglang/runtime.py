@@ -44,7 +44,7 @@ from witcert_adapters.sglang.triton_meter import bounds_from_partials, \
     empty_partials, meter_constants
 from witcert_adapters.vllm_plugin.meter import SUMMARY
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
-from witcert_calculus.contracts import Reading
+from witcert_calculus.contracts import Reading, _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError
 from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.metrics import AtConsume, AttentionTV
@@ -213,7 +213,7 @@ class Recorder:
                         nan[r] += 1
                         continue
                     saturated[r] += int(v >= 1.0)
-                    cells.append(CellReading(r, launch.layer, h, Reading(
+                    cells.append(CellReading(r, launch.layer, h, _reading(
                         AttentionTV[AtConsume], v, evidence=ev, delta=Fraction(0))))
                     if v > worst[r][0]:
                         worst[r] = (v, launch.layer, h)

@@ -51,7 +51,7 @@ import torch
 from witcert_adapters.vllm_plugin.paged import StepLayout
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
-from witcert_calculus.meters.tv_forms import TVBasis
+from witcert_calculus.meters.tv_forms import TVBasis, _issue_basis  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.meters.witness import LogitBound, RopeLayout, tighter
 from witcert_kernels.meter import band_norms, exact_logit_bound, format_logit_bound, logit_bound, \
     round_up_f32, tv_meter_batch, tv_tanh_max_batch
@@ -265,7 +265,7 @@ def merge_bases(bases: Sequence[TVBasis]) -> TVBasis:
             truths.setdefault(statement, []).append(truth)
         also.update(dict.fromkeys(b.also))
     checks = tuple((statement, _all(t)) for statement, t in truths.items())
-    return TVBasis(checks=checks, logit=first.logit, delta=first.delta, also=tuple(also))
+    return _issue_basis(checks=checks, logit=first.logit, delta=first.delta, also=tuple(also))
 
 
 def _all(truths: Sequence[object]) -> object:

@@ -59,7 +59,7 @@ import torch
 
 from witcert_adapters.injection import Anchor, apply_anchors
 from witcert_calculus.errors import InjectionError, InvalidValueError
-from witcert_calculus.meters.tv_forms import TVBasis
+from witcert_calculus.meters.tv_forms import TVBasis, _issue_basis  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.meters.witness import RopeLayout
 from witcert_calculus.numerics.rounding import logit_margin
 from witcert_calculus.numerics.validation import positive_int
@@ -315,7 +315,7 @@ def certificate_from_partials(partials: torch.Tensor, query_bands: torch.Tensor,
     log_a, log_am, e, t, th = (torch.where(none, math.nan, x) for x in (
         tier.log_a, tier.log_a_minus, tier.eform, tier.two_sided, tier.tanh_max))
     b = tier.basis
-    basis = TVBasis(checks=(*b.checks, (
+    basis = _issue_basis(checks=(*b.checks, (
         "every row attends to at most the margin's token count of keys (counted in the kernel)",
         (visible <= tokens).all())), logit=b.logit, delta=b.delta, also=b.also)
     return UnifiedCertificate(log_a=log_a, log_a_minus=log_am, eform=e, two_sided=t,

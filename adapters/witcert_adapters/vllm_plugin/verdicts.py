@@ -35,7 +35,7 @@ from witcert_adapters.gate import GateVerdict, Stage, StageResult, declared_prob
     ordered_verdict
 from witcert_adapters.runs import ProbePath, Site
 from witcert_adapters.vllm_plugin.meter import SUMMARY
-from witcert_calculus.contracts import Reading
+from witcert_calculus.contracts import Reading, _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
@@ -346,7 +346,7 @@ class Accounts:
             if evidence is None:
                 raise InvalidValueError("evidence", None, f"request {t.request} has readings "
                                         "but the step has no evidence")
-            reading = Reading(AttentionTV[AtConsume], worst, evidence=evidence,
+            reading = _reading(AttentionTV[AtConsume], worst, evidence=evidence,
                               delta=Fraction(0))
             self.ledger.admit(t.account, reading)
 
