@@ -20,9 +20,10 @@ from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.tiers import Proof
+from reference.issued import proof
 
 TV = AttentionTV[AtConsume]
-PROOF = Proof("WitCert.Meters.tv_eform_sound")
+PROOF = proof("WitCert.Meters.tv_eform_sound")
 
 # Numerators and denominators far beyond float precision and range (down to 2^-1200).
 _DEN = st.integers(1, 2**1200)

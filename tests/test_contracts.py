@@ -35,11 +35,12 @@ from witcert_calculus import (
     identity,
     weakest,
 )
+from reference.issued import proof, reading, stage
 
 K = KeyResidualAbs[AtConsume]
 L = LogitLinf[AtConsume]
 T = AttentionTV[AtConsume]
-P = Proof("WitCert.Contract.comp_sound")
+P = proof("WitCert.Contract.comp_sound")
 coef = st.fractions(min_value=0, max_value=20, max_denominator=1000)
 small = st.fractions(min_value=0, max_value=Fraction(1, 5), max_denominator=1000)
 evidence = st.sampled_from([P, Restricted(P, "rows with margin > 2*eps"), Measurement("m", 5)])
@@ -47,7 +48,7 @@ evidence = st.sampled_from([P, Restricted(P, "rows with margin > 2*eps"), Measur
 
 def kk(a: Fraction, b: Fraction, ev: object = P, delta: Fraction = Fraction(0),
        cap: Fraction | None = None, name: str = "s") -> Contract[KeyResidualAbs[AtConsume], KeyResidualAbs[AtConsume]]:
-    return Contract(K, K, a=a, b=b, evidence=ev, name=name, delta=delta, cap=cap)  # type: ignore[arg-type]
+    return stage(K, K, a=a, b=b, evidence=ev, name=name, delta=delta, cap=cap)  # type: ignore[arg-type]
 
 
 @given(coef, coef, coef, coef, st.fractions(min_value=0, max_value=50, max_denominator=1000))
@@ -126,8 +127,8 @@ def test_composite_never_exceeds_a_stage_domain_unannounced() -> None:
 
 @given(st.floats(min_value=0, max_value=3), st.fractions(min_value=0, max_value=4, max_denominator=64))
 def test_nonaffine_composition_is_sound_against_50_digits(x: float, a: Fraction) -> None:
-    score = Contract(K, L, a=a, b=0, evidence=P, name="score")
-    tv = Contract(L, T, a=0, b=1, evidence=P, name="tv", transfer=Transfer(TransferKind.EXP_TV))
+    score = stage(K, L, a=a, b=0, evidence=P, name="score")
+    tv = stage(L, T, a=0, b=1, evidence=P, name="tv", transfer=Transfer(TransferKind.EXP_TV))
     r = (score >> tv).bound(x)
     with mpmath.workdps(50):
         eps = mpmath.mpf(a.numerator) / a.denominator * mpmath.mpf(x)
@@ -145,20 +146,20 @@ def test_bad_coefficients_raise_naming_the_value(kw: dict[str, object], name: st
     args: dict[str, object] = {"a": 1, "b": 0, "evidence": P, "name": "s"}
     args.update(kw)
     with pytest.raises(InvalidValueError, match=name):
-        Contract(K, K, **args)  # type: ignore[arg-type]
+        stage(K, K, **args)  # type: ignore[arg-type]
 
 
 def test_wrong_metric_class_raises() -> None:
     with pytest.raises(NotAMetricError):
-        Contract(KeyResidualAbs, K, a=1, b=0, evidence=P, name="bare")
+        stage(KeyResidualAbs, K, a=1, b=0, evidence=P, name="bare")
     with pytest.raises(NotAMetricError):
-        Contract(float, K, a=1, b=0, evidence=P, name="float")  # type: ignore[type-var]
+        stage(float, K, a=1, b=0, evidence=P, name="float")  # type: ignore[type-var]
 
 
 def test_mismatch_names_both_metrics_sites_and_stages() -> None:
-    write = Contract(KeyResidualAbs[AtWrite], KeyResidualAbs[AtWrite], a=1, b=0, evidence=P,
+    write = stage(KeyResidualAbs[AtWrite], KeyResidualAbs[AtWrite], a=1, b=0, evidence=P,
                      name="writer")
-    reader = Contract(K, L, a=1, b=0, evidence=P, name="reader")
+    reader = stage(K, L, a=1, b=0, evidence=P, name="reader")
     with pytest.raises(MetricMismatchError,
                        match=r"'writer' produces KeyResidualAbs\[AtWrite\].*'reader' expects "
                              r"KeyResidualAbs\[AtConsume\]"):
@@ -182,30 +183,30 @@ def test_contracts_are_frozen_hashable_picklable() -> None:
 
 
 def test_bound_from_reading_carries_tier_and_delta() -> None:
-    r = Reading(K, 0.1, evidence=Measurement("observed residual", 3))
-    c = Contract(K, L, a=2, b=0, evidence=P, name="score", delta=0.01)
+    r = reading(K, 0.1, evidence=Measurement("observed residual", 3))
+    c = stage(K, L, a=2, b=0, evidence=P, name="score", delta=0.01)
     out = c.bound(r)
     assert out.tier is Tier.EMPIRICAL and out.delta == Fraction(0.01)
     with pytest.raises(MetricMismatchError):
-        c.bound(Reading(L, 0.1, evidence=P))  # type: ignore[arg-type]
+        c.bound(reading(L, 0.1, evidence=P))  # type: ignore[arg-type]
     with pytest.raises(RegimeMismatchError):
-        c.bound(Reading(K, 0.1, evidence=Measurement("m", 1), regime=Regime.MEASURED))
+        c.bound(reading(K, 0.1, evidence=Measurement("m", 1), regime=Regime.MEASURED))
 
 
 def test_readings_of_different_metric_or_regime_never_mix() -> None:
-    a = Reading(T, 0.2, evidence=P)
-    b = Reading(T, 0.3, evidence=P)
+    a = reading(T, 0.2, evidence=P)
+    b = reading(T, 0.3, evidence=P)
     assert (a + b).raw >= 0.5 and (a + b).tier is Tier.CERTIFIED and a < b
     with pytest.raises(RegimeMismatchError, match="LogitLinf"):
-        a + Reading(L, 0.1, evidence=P)  # type: ignore[operator]
+        a + reading(L, 0.1, evidence=P)  # type: ignore[operator]
     with pytest.raises(RegimeMismatchError, match="measured"):
-        _ = a < Reading(T, 0.1, evidence=Measurement("m", 1), regime=Regime.MEASURED)
+        _ = a < reading(T, 0.1, evidence=Measurement("m", 1), regime=Regime.MEASURED)
     with pytest.raises(RegimeMismatchError):
-        _ = a <= Reading(AttentionTV[AtWrite], 0.1, evidence=P)  # type: ignore[operator]
+        _ = a <= reading(AttentionTV[AtWrite], 0.1, evidence=P)  # type: ignore[operator]
 
 
 def test_mean_is_empirical_and_not_a_bound() -> None:
-    m = Reading.mean([Reading(T, 0.2, evidence=P), Reading(T, 0.4, evidence=P)])
+    m = Reading.mean([reading(T, 0.2, evidence=P), reading(T, 0.4, evidence=P)])
     assert m.tier is Tier.EMPIRICAL and m.regime is Regime.MEAN
     assert m.raw == pytest.approx(0.3)
     with pytest.raises(RegimeMismatchError):
@@ -215,14 +216,14 @@ def test_mean_is_empirical_and_not_a_bound() -> None:
 
 
 def test_saturated_reading_keeps_raw_risk_score() -> None:
-    r = Reading(T, 3.5, evidence=P)
+    r = reading(T, 3.5, evidence=P)
     assert r.value == 1.0 and r.raw == 3.5 and r.tier is Tier.SATURATED and r.saturated
     with pytest.raises(InvalidValueError):
-        Reading(T, math.nan, evidence=P)
+        reading(T, math.nan, evidence=P)
     with pytest.raises(InvalidValueError):
-        Reading(T, -0.1, evidence=P)
+        reading(T, -0.1, evidence=P)
     with pytest.raises(InvalidValueError, match="Measurement"):
-        Reading(T, 0.1, evidence=P, regime=Regime.MEASURED)
+        reading(T, 0.1, evidence=P, regime=Regime.MEASURED)
 
 
 @given(coef, coef)
@@ -234,17 +235,17 @@ def test_float_bound_rounds_upward(a: Fraction, b: Fraction) -> None:
 
 
 def test_saturated_or_infinite_input_readings() -> None:
-    tv_in = Reading(T, math.inf, evidence=P)
+    tv_in = reading(T, math.inf, evidence=P)
     assert tv_in.value == 1.0 and tv_in.tier is Tier.SATURATED
-    scale = Contract(T, T, a=2, b=Fraction(1, 10), evidence=P, name="x2")
+    scale = stage(T, T, a=2, b=Fraction(1, 10), evidence=P, name="x2")
     # The true TV never exceeds 1, so the reported value (not the raw score) is the input.
     assert scale.bound(tv_in).raw == pytest.approx(2.1)
-    grow = Contract(K, L, a=3, b=0, evidence=P, name="score")
-    inf_in = Reading(K, math.inf, evidence=P)
+    grow = stage(K, L, a=3, b=0, evidence=P, name="score")
+    inf_in = reading(K, math.inf, evidence=P)
     assert inf_in.tier is Tier.SATURATED
     out = grow.bound(inf_in)
     assert out.raw == math.inf and out.tier is Tier.SATURATED
-    flat = Contract(K, L, a=0, b=Fraction(1, 2), evidence=P, name="flat")
+    flat = stage(K, L, a=0, b=Fraction(1, 2), evidence=P, name="flat")
     assert flat.bound(inf_in).raw == 0.5
 
 
@@ -297,7 +298,7 @@ def test_explain_total_shows_what_the_composite_bounds() -> None:
 def test_chain_takes_up_to_eight_stages_and_says_how_to_go_further() -> None:
     from witcert_calculus.contracts import CHAIN_MAX_STAGES
     assert CHAIN_MAX_STAGES == 8
-    s = Contract(K, K, a=1, b=Fraction(1, 100), evidence=Proof("WitCert.Contract.id_sound"),
+    s = stage(K, K, a=1, b=Fraction(1, 100), evidence=proof("WitCert.Contract.id_sound"),
                  name="s")
     eight = chain(s, s, s, s, s, s, s, s)
     assert eight.b == Fraction(8, 100)
@@ -313,8 +314,8 @@ def test_a_chain_with_one_assumed_stage_is_partially_certified_and_says_why() ->
                          reason="the queries are not passed to the contract")
     storage = witness_contract(AtConsume, witness_max=0.01)
     score = score_bridge(AtConsume, scale=0.125, q_norm_max=2.0)
-    leap = Contract(L, L, a=1, b=0, name="assumed",
-                    evidence=Restricted(Proof("WitCert.Contract.id_sound"), assumptions=(assumed,)))
+    leap = stage(L, L, a=1, b=0, name="assumed",
+                    evidence=Restricted(proof("WitCert.Contract.id_sound"), assumptions=(assumed,)))
     proved = chain(storage, score, softmax_tv_eform(AtConsume))
     c = chain(storage, score, leap, softmax_tv_eform(AtConsume))
     assert proved.tier is Tier.CERTIFIED and proved.assumptions == ()
@@ -329,6 +330,6 @@ def test_a_chain_with_one_assumed_stage_is_partially_certified_and_says_why() ->
     assert text.splitlines()[-1].lstrip().startswith("total:")
     # a reading with an assumption fed into a proved contract keeps it
     fed = softmax_tv_eform(AtConsume).bound(
-        Reading(L, 0.01, evidence=Restricted(Proof("WitCert.Contract.id_sound"),
+        reading(L, 0.01, evidence=Restricted(proof("WitCert.Contract.id_sound"),
                                              assumptions=(assumed,))))
     assert fed.tier is Tier.PARTIALLY_CERTIFIED and fed.assumptions == (assumed,)

@@ -40,9 +40,10 @@ from witcert_calculus.errors import (
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Proof, Tier
+from reference.issued import proof, reading
 
 TV = AttentionTV[AtConsume]
-PROOF = Proof("WitCert.Meters.tv_eform_sound")
+PROOF = proof("WitCert.Meters.tv_eform_sound")
 WORLD = 4
 HEADS = 16
 PER_HEAD = 6                    # entries (query rows) per head and step
@@ -126,7 +127,7 @@ def _worker(rank: int, port: int, out: str, seed: int) -> None:
     fleet = FleetLedger(HeadShard.even(rank=rank, world=WORLD, total=HEADS))
     fleet.open_request(7, delta_req=DELTA)
     if rank == 1:
-        fleet.local.admit_next(7, lambda a: Reading(TV, 0.01, evidence=PROOF, delta=a))
+        fleet.local.admit_next(7, lambda a: reading(TV, 0.01, evidence=PROOF, delta=a))
     try:
         fleet.step([7], torch.full((1, LOCAL), 0.01), threshold=TAU, metric=TV, evidence=PROOF,
                    probabilistic=True)

@@ -24,6 +24,7 @@ import witcert_calculus
 from witcert_calculus import bridges, contracts, metrics, tiers
 from witcert_calculus.errors import MetricMismatchError
 from witcert_calculus.lean import theorems
+from reference.issued import contract
 
 # Reads the Lean build's outputs: scripts/test.sh runs this file after the build (marker `lean`).
 pytestmark = pytest.mark.lean
@@ -177,14 +178,11 @@ def test_composition_coefficients_match_python(exported: dict[str, str]) -> None
     assert exported["WitCert.Contract.comp_tier"].endswith(
         "(g.comp f).tier = f.tier.weakest g.tier")
     p = contracts.identity(metrics.AttentionTV[metrics.AtConsume])
-    c1 = contracts.Contract(metrics.AttentionTV[metrics.AtConsume],
-                            metrics.AttentionTV[metrics.AtConsume], a=Fraction(3, 4),
-                            b=Fraction(1, 8), delta=Fraction(1, 100),
-                            evidence=tiers.Proof("WitCert.Contract.comp_sound"), name="f")
-    c2 = contracts.Contract(metrics.AttentionTV[metrics.AtConsume],
-                            metrics.AttentionTV[metrics.AtConsume], a=Fraction(2), b=Fraction(1, 3),
-                            delta=Fraction(1, 50),
-                            evidence=tiers.Proof("WitCert.Contract.comp_sound"), name="g")
+    tv = metrics.AttentionTV[metrics.AtConsume]
+    c1 = contract(tv, tv, a=Fraction(3, 4), b=Fraction(1, 8), delta=Fraction(1, 100),
+                  theorem="WitCert.Contract.comp_sound", name="f")
+    c2 = contract(tv, tv, a=Fraction(2), b=Fraction(1, 3), delta=Fraction(1, 50),
+                  theorem="WitCert.Contract.comp_sound", name="g")
     comp = c1 >> c2
     assert (comp.a, comp.b, comp.delta) == (c2.a * c1.a, c2.a * c1.b + c2.b, c1.delta + c2.delta)
     assert (p >> c1).a == c1.a and (c1 >> p).b == c1.b

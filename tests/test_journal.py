@@ -22,9 +22,10 @@ from witcert_calculus.errors import JournalError, SlotOwnershipError
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Measurement, Proof, Restricted
+from reference.issued import proof, reading
 
 TV = AttentionTV[AtConsume]
-PROOF = Proof("WitCert.Meters.tv_eform_sound")
+PROOF = proof("WitCert.Meters.tv_eform_sound")
 N_SLOTS = 64
 
 
@@ -47,14 +48,14 @@ def _random_workload(led: RiskLedger, rng: np.random.Generator, n_ops: int) -> N
             continue
         r = open_ids[int(rng.integers(len(open_ids)))]
         if u < 0.35:
-            led.admit(r, Reading(TV, float(rng.random() * 0.1), evidence=PROOF,
+            led.admit(r, reading(TV, float(rng.random() * 0.1), evidence=PROOF,
                                  delta=led.next_allowance(r)))
         elif u < 0.5:
             ev = PROOF if rng.random() < 0.8 else Restricted(PROOF, subset="e_in <= 0.5")
-            led.admit(r, Reading(TV, 0.01, evidence=ev))
+            led.admit(r, reading(TV, 0.01, evidence=ev))
         elif u < 0.58:
             pol = EmpiricalPolicy.DEGRADE if rng.random() < 0.3 else EmpiricalPolicy.FALLBACK
-            led.admit(r, Reading(TV, 0.2, evidence=Measurement("probe", samples=3),
+            led.admit(r, reading(TV, 0.2, evidence=Measurement("probe", samples=3),
                                  regime=Regime.MEASURED), on_empirical=pol)
         elif u < 0.85:
             owners = led.slots.snapshot()[1]
@@ -121,8 +122,8 @@ def test_tampered_journal_refuses_to_replay(tmp_path: Path) -> None:
     path = tmp_path / "j.sqlite"
     led = RiskLedger(journal=path)
     r = led.open_request(delta_req="1/100")
-    led.admit(r, Reading(TV, 0.01, evidence=PROOF, delta=Fraction(1, 200)))
-    led.admit(r, Reading(TV, 0.01, evidence=PROOF, delta=Fraction(1, 600)))
+    led.admit(r, reading(TV, 0.01, evidence=PROOF, delta=Fraction(1, 200)))
+    led.admit(r, reading(TV, 0.01, evidence=PROOF, delta=Fraction(1, 600)))
     led.close()
     with sqlite3.connect(path) as con:  # inflate the second charge
         row = con.execute("SELECT seq, payload FROM events WHERE op='admit' ORDER BY seq DESC"
@@ -143,7 +144,7 @@ def test_admit_next_is_journaled_like_any_admission(tmp_path: Path) -> None:
     path = tmp_path / "j.sqlite"
     led = RiskLedger(journal=path)
     r = led.open_request(delta_req="1/100")
-    adm = [led.admit_next(r, lambda a: Reading(TV, 0.01, evidence=PROOF, delta=a),
+    adm = [led.admit_next(r, lambda a: reading(TV, 0.01, evidence=PROOF, delta=a),
                           token=f"t{i}") for i in range(3)]
     with sqlite3.connect(path) as con:
         assert con.execute("SELECT COUNT(*) FROM events WHERE op='admit'").fetchone()[0] == 3
@@ -255,7 +256,7 @@ def test_durable_before_acknowledged(tmp_path: Path) -> None:
     path = tmp_path / "j.sqlite"
     led = RiskLedger(journal=path)
     r = led.open_request(delta_req="1/100")
-    adm = led.admit(r, Reading(TV, 0.01, evidence=PROOF, delta=Fraction(1, 200)), token="t0")
+    adm = led.admit(r, reading(TV, 0.01, evidence=PROOF, delta=Fraction(1, 200)), token="t0")
     with sqlite3.connect(path) as con:
         assert con.execute("SELECT COUNT(*) FROM events WHERE token='t0'").fetchone()[0] == 1
     other = RiskLedger(journal=path)
@@ -287,12 +288,12 @@ def _writer(path: str, ack_path: str) -> None:
             rng = np.random.default_rng(r * 1000 + k)
             u = rng.random()
             if u < 0.45:
-                adm = led.admit(r, Reading(TV, 0.01, evidence=PROOF,
+                adm = led.admit(r, reading(TV, 0.01, evidence=PROOF,
                                            delta=led.next_allowance(r)), token=tok)
             elif u < 0.7:
-                adm = led.admit(r, Reading(TV, 0.01, evidence=PROOF), token=tok)
+                adm = led.admit(r, reading(TV, 0.01, evidence=PROOF), token=tok)
             elif u < 0.8:
-                adm = led.admit(r, Reading(TV, 0.3, evidence=Measurement("p", samples=1),
+                adm = led.admit(r, reading(TV, 0.3, evidence=Measurement("p", samples=1),
                                            regime=Regime.MEASURED), token=tok)
             else:  # each request writes its own two slots
                 slots = 2 * (r - 1) + rng.choice(2, size=2, replace=False)

@@ -34,17 +34,18 @@ from witcert_calculus.accounting.records import Decision, EmpiricalPolicy, Event
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV, LogitLinf
 from witcert_calculus.tiers import Measurement, Proof, Restricted, Tier
+from reference.issued import proof, reading
 
 TV = AttentionTV[AtConsume]
-PROOF = Proof("WitCert.Meters.tv_eform_sound")
+PROOF = proof("WitCert.Meters.tv_eform_sound")
 
 
 def cert(value: float = 0.01, delta: Fraction | int = 0, evidence: Any = PROOF) -> Reading[Any]:
-    return Reading(TV, value, evidence=evidence, delta=delta)
+    return reading(TV, value, evidence=evidence, delta=delta)
 
 
 def empirical(value: float = 0.01) -> Reading[Any]:
-    return Reading(TV, value, evidence=Measurement("observed TV", samples=8),
+    return reading(TV, value, evidence=Measurement("observed TV", samples=8),
                    regime=Regime.MEASURED)
 
 
@@ -296,7 +297,7 @@ def test_empirical_never_enters_budget() -> None:
     assert adm.charged == 0
     assert led.verdict(r).tier is Tier.CERTIFIED  # fallback took the exact path
     # an empirical reading with a non-zero delta does not spend either
-    emp_delta = Reading(TV, 0.1, evidence=Measurement("m", samples=2), delta=Fraction(1, 3))
+    emp_delta = reading(TV, 0.1, evidence=Measurement("m", samples=2), delta=Fraction(1, 3))
     assert emp_delta.tier is Tier.EMPIRICAL
     adm = led.admit(r, emp_delta, on_empirical=EmpiricalPolicy.DEGRADE)
     assert adm.kind is EventKind.EMPIRICAL_DEGRADED and adm.decision is Decision.USE

@@ -28,9 +28,10 @@ from witcert_calculus.accounting.slots import SlotState
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Proof
+from reference.issued import proof, reading
 
 TV = AttentionTV[AtConsume]
-PROOF = Proof("WitCert.Meters.tv_eform_sound")
+PROOF = proof("WitCert.Meters.tv_eform_sound")
 DELTA_REQ = Fraction(1, 100)
 # Smaller than every allowance the tests can reach (index < 10^4), so no admission races
 # for its allowance; the ledger still charges the full telescoping allowance.
@@ -40,8 +41,8 @@ TINY = DELTA_REQ / 10**9
 def _work(led: RiskLedger, accounts: list[int], n_ops: int, seed: int, slot_base: int,
           slots_per_worker: int, n_slots: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
-    det = Reading(TV, 0.01, evidence=PROOF)
-    prob = Reading(TV, 0.01, evidence=PROOF, delta=TINY)
+    det = reading(TV, 0.01, evidence=PROOF)
+    prob = reading(TV, 0.01, evidence=PROOF, delta=TINY)
     charges: dict[int, list[tuple[int, Fraction]]] = defaultdict(list)
     counts: dict[int, int] = defaultdict(int)
     writes: dict[tuple[int, int], int] = {}
@@ -297,7 +298,7 @@ def test_sixteen_threads_race_for_one_allowance(fine_switching: None) -> None:
             a = led.next_allowance(r)
             barrier.wait()  # everyone has read the same allowance
             try:
-                adm = led.admit(r, Reading(TV, 0.01, evidence=PROOF, delta=a))
+                adm = led.admit(r, reading(TV, 0.01, evidence=PROOF, delta=a))
                 assert adm.prob_index is not None
                 drawn[t].append((adm.prob_index, adm.charged))
             except AllowanceMovedError as err:
@@ -312,7 +313,7 @@ def test_sixteen_threads_race_for_one_allowance(fine_switching: None) -> None:
 
             def at(a: Fraction) -> Reading[Any]:
                 seen.append(a)
-                return Reading(TV, 0.01, evidence=PROOF, delta=a)
+                return reading(TV, 0.01, evidence=PROOF, delta=a)
 
             adm = led.admit_next(r, at)
             assert adm.prob_index is not None and seen == [adm.charged]

@@ -37,6 +37,7 @@ from witcert_calculus.meters.tv_forms import (
 from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND, LogitBound, RopeLayout, logit_bound
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, AttentionTV
 from witcert_calculus.tiers import Proof, Restricted, Tier
+from reference.issued import reading
 
 FORMS = (tv_eform, tv_two_sided, tv_retention, tv_meter)
 
@@ -458,15 +459,15 @@ def test_batch_basis_gives_the_evidence_of_each_form() -> None:
     assumed = tv_bounds_batch(p, c)
     assert assumed.basis.assumptions == (CALLER_LOGIT_BOUND,)
     ev = assumed.basis.evidence("WitCert.Meters.tv_eform_sound")
-    r = Reading(AttentionTV[AtConsume], float(assumed.eform.max()), evidence=ev)
+    r = reading(AttentionTV[AtConsume], float(assumed.eform.max()), evidence=ev)
     assert r.tier is Tier.PARTIALLY_CERTIFIED and r.assumptions == (CALLER_LOGIT_BOUND,)
     both = assumed.basis.evidence("WitCert.Meters.tv_eform_sound",
                                   "WitCert.Meters.tv_two_sided_sound")
-    assert Reading(AttentionTV[AtConsume], 0.1, evidence=both).tier is Tier.PARTIALLY_CERTIFIED
+    assert reading(AttentionTV[AtConsume], 0.1, evidence=both).tier is Tier.PARTIALLY_CERTIFIED
     single = tv_eform(p[0], established(c[0]))
     proved = single.basis.evidence("WitCert.Meters.tv_eform_sound",
                                    "WitCert.Meters.tv_two_sided_sound")
-    assert Reading(AttentionTV[AtConsume], single.raw, evidence=proved).tier is Tier.CERTIFIED
+    assert reading(AttentionTV[AtConsume], single.raw, evidence=proved).tier is Tier.CERTIFIED
 
 
 def test_output_error_contract_premises_are_computed() -> None:

@@ -27,6 +27,7 @@ from witcert_calculus import (
 )
 from witcert_calculus import metrics as M
 from witcert_calculus.errors import InvalidValueError
+from reference.issued import proof, reading
 
 S = TypeVar("S", bound=Site)
 
@@ -65,9 +66,9 @@ def test_unregistered_metric_raises_everywhere() -> None:
         metric_info(Stray[AtConsume])
     with pytest.raises(UnregisteredMetricError, match="Stray"):
         Contract(Stray[AtConsume], LogitLinf[AtConsume], a=1, b=0,
-                 evidence=Proof("WitCert.Contract.id_sound"), name="x")
+                 evidence=proof("WitCert.Contract.id_sound"), name="x")
     with pytest.raises(UnregisteredMetricError, match="Stray"):
-        Reading(Stray[AtConsume], 0.1, evidence=Proof("WitCert.Contract.id_sound"))
+        reading(Stray[AtConsume], 0.1, evidence=proof("WitCert.Contract.id_sound"))
     from witcert_calculus import empirical_ratio_bridge
     with pytest.raises(UnregisteredMetricError, match="Stray"):
         empirical_ratio_bridge(Stray[AtConsume], AttentionTV[AtConsume], ratio=1.0, samples=3,
@@ -81,7 +82,7 @@ def test_user_registered_metric_works() -> None:
 
     info = metric_info(CodeExcess[AtWrite])
     assert (info.unit, info.hi, info.saturation) == ("bits", 64.0, 64.0)
-    r = Reading(CodeExcess[AtWrite], 70.0, evidence=Proof("WitCert.Contract.id_sound"))
+    r = reading(CodeExcess[AtWrite], 70.0, evidence=proof("WitCert.Contract.id_sound"))
     assert r.value == 64.0 and r.raw == 70.0 and r.saturated
 
 
@@ -155,4 +156,4 @@ def test_a_bare_metric_stage_fails_at_construction_and_says_why_mypy_missed_it()
     with pytest.raises(NotAMetricError, match=r"KeyResidualAbs\[AtConsume\].*mypy cannot.*"
                                               r"KeyResidualAbs\[Any\]"):
         storage >> Contract(KeyResidualAbs, AttentionTV[AtConsume], a=1, b=0,  # type: ignore[misc]
-                            evidence=Proof("WitCert.Contract.id_sound"), name="bare")
+                            evidence=proof("WitCert.Contract.id_sound"), name="bare")

@@ -27,16 +27,17 @@ from witcert_calculus.export.prometheus import (
     prometheus_text,
 )
 from witcert_calculus.tiers import Proof
+from reference.issued import proof, reading
 
 TV = AttentionTV[AtConsume]
-PROOF = Proof("WitCert.Meters.tv_eform_sound")
+PROOF = proof("WitCert.Meters.tv_eform_sound")
 
 
 def _ledger() -> RiskLedger:
     led = RiskLedger(n_slots=4)
     for _ in range(2):
         r = led.open_request(delta_req="1/100")
-        led.admit(r, Reading(TV, 0.01, evidence=PROOF, delta=led.next_allowance(r)))
+        led.admit(r, reading(TV, 0.01, evidence=PROOF, delta=led.next_allowance(r)))
         led.admit_entries(r, [0.01, 0.5], threshold=0.1, metric=TV, evidence=PROOF,
                           slots=[2 * r - 2, 2 * r - 1])
     led.close_request(1)

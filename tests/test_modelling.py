@@ -26,6 +26,7 @@ from witcert_calculus.lean.modelling import (
 from witcert_calculus.lean.theorems import TV_EFORM_SOUND, cited_theorems, lookup
 from witcert_calculus.meters.tv_forms import tv_eform
 from witcert_calculus.meters.witness import RopeLayout, logit_bound
+from reference.issued import proof, reading
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL_STEPS = tuple(dict.fromkeys(s for steps in STEPS.values() for s in steps))
@@ -83,7 +84,7 @@ def test_a_tv_reading_lists_the_steps_it_rests_on_without_changing_its_tier() ->
 def test_steps_of_evidence_follow_the_cited_theorems() -> None:
     from witcert_calculus.tiers import Composition, Proof
 
-    e = Composition((Proof(TV_EFORM_SOUND), Proof("WitCert.Contract.comp_sound")))
+    e = Composition((proof(TV_EFORM_SOUND), proof("WitCert.Contract.comp_sound")))
     assert modelling_of(e) == steps_for(TV_EFORM_SOUND)
     assert steps_for("WitCert.Contract.comp_sound") == ()
 

@@ -22,9 +22,10 @@ from witcert_calculus.accounting.slots import ReadGrant, SlotState
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Proof
+from reference.issued import proof
 
 TV = AttentionTV[AtConsume]
-PROOF = Proof("WitCert.Meters.tv_eform_sound")
+PROOF = proof("WitCert.Meters.tv_eform_sound")
 
 
 def write(led: RiskLedger, r: int, slots: list[int], bounds: list[float], *,

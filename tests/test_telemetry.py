@@ -24,9 +24,10 @@ from witcert_calculus.export.telemetry import SPAN_NAME, VerdictSpans, verdict_a
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Measurement, Proof, Tier
+from reference.issued import proof, reading
 
 TV = AttentionTV[AtConsume]
-PROOF = Proof("WitCert.Meters.tv_eform_sound")
+PROOF = proof("WitCert.Meters.tv_eform_sound")
 
 
 @pytest.fixture
@@ -46,7 +47,7 @@ def test_one_span_per_verdict_with_per_request_values(
     for n in range(3):
         r = led.open_request(delta_req="1/100")
         for _ in range(n):
-            led.admit_next(r, lambda a: Reading(TV, 0.01, evidence=PROOF, delta=a))
+            led.admit_next(r, lambda a: reading(TV, 0.01, evidence=PROOF, delta=a))
         led.admit_entries(r, [0.01, 0.3], threshold=0.1, metric=TV, evidence=PROOF)
         ids.append(r)
     verdicts = [led.close_request(r) for r in ids]
@@ -72,7 +73,7 @@ def test_empirical_verdict_is_an_error_span(
     tracer, exporter = spans
     led = RiskLedger()
     r = led.open_request(delta_req="1/100")
-    led.admit(r, Reading(TV, 0.2, evidence=Measurement("observed", samples=3),
+    led.admit(r, reading(TV, 0.2, evidence=Measurement("observed", samples=3),
                          regime=Regime.MEASURED), on_empirical=EmpiricalPolicy.DEGRADE)
     tracer.emit(led.verdict(r))
     (s,) = exporter.get_finished_spans()
@@ -87,7 +88,7 @@ def test_float_attributes_round_to_the_safe_side(num: int, den: int, n: int) -> 
     led = RiskLedger()
     r = led.open_request(delta_req=Fraction(num, den))
     for _ in range(n):
-        led.admit_next(r, lambda a: Reading(TV, 0.01, evidence=PROOF, delta=a))
+        led.admit_next(r, lambda a: reading(TV, 0.01, evidence=PROOF, delta=a))
     v = led.verdict(r)
     a = verdict_attributes(v)
     assert Fraction(a["witcert.spent"]) == v.spent  # type: ignore[arg-type]
@@ -113,7 +114,7 @@ def test_fleet_verdict_span(spans: tuple[VerdictSpans, InMemorySpanExporter]) ->
     tracer, exporter = spans
     led = RiskLedger()
     r = led.open_request(delta_req="1/100")
-    led.admit(r, Reading(TV, 1.0, evidence=Measurement("rank 1 lost", samples=1),
+    led.admit(r, reading(TV, 1.0, evidence=Measurement("rank 1 lost", samples=1),
                          regime=Regime.MEASURED), on_empirical=EmpiricalPolicy.DEGRADE)
     v = led.close_request(r)
     with pytest.raises(InvalidValueError, match="fails closed"):

@@ -13,17 +13,20 @@ from witcert_calculus import (
     AtConsume,
     AttentionTV,
     Contract,
+    EvidenceMismatchError,
     InvalidValueError,
     LogitLinf,
-    Proof,
+    PremiseError,
     Restricted,
     Tier,
     chain,
+    declare,
     score_bridge,
     softmax_tv_eform,
 )
 from witcert_calculus.errors import TheoremExportError, UnknownTheoremError
 from witcert_calculus.lean import theorems
+from reference.issued import proof
 
 SHIPPED = Path(theorems.__file__).with_name("lean_export.json")
 
@@ -31,9 +34,9 @@ SHIPPED = Path(theorems.__file__).with_name("lean_export.json")
 def test_a_made_up_proof_is_refused() -> None:
     with pytest.raises(UnknownTheoremError, match=r"WitCert\.User\.made_up_theorem.*register_theorems"):
         Contract(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=0,
-                 evidence=Proof("WitCert.User.made_up_theorem"), name="forged")
+                 evidence=proof("WitCert.User.made_up_theorem"), name="forged")
     with pytest.raises(UnknownTheoremError):
-        Restricted(Proof("WitCert.Contract.comp_sound_but_stronger"), "e_in <= 1")
+        Restricted(proof("WitCert.Contract.comp_sound_but_stronger"), "e_in <= 1")
     err = UnknownTheoremError("WitCert.User.made_up_theorem", 12)
     assert isinstance(err, InvalidValueError) and isinstance(err, ValueError)
     assert pickle.loads(pickle.dumps(err)).args == err.args
@@ -68,14 +71,33 @@ def _user_export(tmp_path: Path, statement: str = "∀ (x : Nat), x ≤ x + 1") 
 def test_a_user_export_makes_its_names_citable_and_explain_shows_the_origin(
         tmp_path: Path) -> None:
     with pytest.raises(UnknownTheoremError):
-        Proof("MyLake.Bridges.my_bridge_sound")
+        declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=Fraction(1, 2),
+                theorem="MyLake.Bridges.my_bridge_sound", name="mine")
     path = _user_export(tmp_path)
     records = theorems.register_theorems(path)
     assert [r.name for r in records] == ["MyLake.Bridges.my_bridge_sound"]
     assert theorems.lookup("MyLake.Bridges.my_bridge_sound").origin == str(path.resolve())
-    mine = Contract(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=Fraction(1, 2),
-                    evidence=Proof("MyLake.Bridges.my_bridge_sound"), name="mine")
+    mine = declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=Fraction(1, 2),
+                   theorem="MyLake.Bridges.my_bridge_sound", name="mine",
+                   premises={"b <= 1": lambda: Fraction(1, 2) <= 1})
     assert mine.tier is Tier.CERTIFIED
+    # Its proof certifies that claim only: attached to another b, it is refused.
+    with pytest.raises(EvidenceMismatchError, match="b="):
+        Contract(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=0, evidence=mine.evidence,
+                 name="stronger")
+    # A checker that finds its premise false, or returns no bool, issues nothing.
+    with pytest.raises(PremiseError):
+        declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=Fraction(1, 2),
+                theorem="MyLake.Bridges.my_bridge_sound", name="mine",
+                premises={"b <= 0": lambda: Fraction(1, 2) <= 0})
+    with pytest.raises(InvalidValueError, match="must return a bool"):
+        declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=Fraction(1, 2),
+                theorem="MyLake.Bridges.my_bridge_sound", name="mine",
+                premises={"b <= 1": lambda: 1})  # type: ignore[dict-item,return-value]
+    # The shipped export's theorems are issued by the library's bridges and meters only.
+    with pytest.raises(InvalidValueError, match="shipped export"):
+        declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=0,
+                theorem="WitCert.Bridges.score_bridge_sound", name="forged")
     text = mine.explain()
     assert "MyLake.Bridges.my_bridge_sound" in text and str(path.resolve()) in text
     built_in = chain(score_bridge(AtConsume, scale=1.0, q_norm_max=1.0), softmax_tv_eform(AtConsume))

@@ -22,6 +22,7 @@ from witcert_calculus import (
     decide_tier,
     weakest,
 )
+from reference.issued import proof, premise
 
 tiers = st.sampled_from(list(Tier))
 
@@ -46,38 +47,38 @@ def test_weakest_rejects_non_tiers() -> None:
 
 
 def test_tier_is_decided_from_evidence() -> None:
-    proof = Proof("WitCert.Contract.comp_sound", (Premise("a2 >= 0", True),))
-    assert decide_tier(proof) is Tier.CERTIFIED
-    assert decide_tier(Restricted(proof, "rows with margin > 2*eps")) is Tier.PARTIALLY_CERTIFIED
+    pf = proof("WitCert.Contract.comp_sound", (premise("a2 >= 0", True),))
+    assert decide_tier(pf) is Tier.CERTIFIED
+    assert decide_tier(Restricted(pf, "rows with margin > 2*eps")) is Tier.PARTIALLY_CERTIFIED
     assert decide_tier(Measurement("median ratio", samples=10)) is Tier.EMPIRICAL
-    assert decide_tier(proof, value=0.3, saturation=1.0) is Tier.CERTIFIED
+    assert decide_tier(pf, value=0.3, saturation=1.0) is Tier.CERTIFIED
 
 
 @pytest.mark.parametrize("value", [1.0, 1.5, math.inf])
 def test_saturated_bound_is_never_certified(value: float) -> None:
-    proof = Proof("WitCert.Contract.comp_sound")
-    assert decide_tier(proof, value=value, saturation=1.0) is Tier.SATURATED
-    assert decide_tier(Restricted(proof, "x"), value=value, saturation=1.0) is Tier.SATURATED
+    pf = proof("WitCert.Contract.comp_sound")
+    assert decide_tier(pf, value=value, saturation=1.0) is Tier.SATURATED
+    assert decide_tier(Restricted(pf, "x"), value=value, saturation=1.0) is Tier.SATURATED
     # A measurement stays EMPIRICAL: it is not a bound that could saturate.
     assert decide_tier(Measurement("m", 1), value=value, saturation=1.0) is Tier.EMPIRICAL
 
 
 def test_false_premise_refuses_the_proof() -> None:
     with pytest.raises(PremiseError, match="w >= 0"):
-        Proof("WitCert.Bridges.pooling_max_caliber", (Premise("w >= 0", False),))
+        proof("WitCert.Bridges.pooling_max_caliber", (premise("w >= 0", False),))
 
 
 def test_composition_takes_weakest_and_restriction() -> None:
-    p = Proof("WitCert.Contract.comp_sound")
+    p = proof("WitCert.Contract.comp_sound")
     assert decide_tier(Composition((p, p))) is Tier.CERTIFIED
     assert decide_tier(Composition((p, Measurement("m", 2)))) is Tier.EMPIRICAL
     assert decide_tier(Composition((p, p), restriction="e_in <= 1")) is Tier.PARTIALLY_CERTIFIED
 
 
 @pytest.mark.parametrize("bad", [
-    lambda: Proof("comp_sound"), lambda: Measurement("", 1), lambda: Measurement("m", 0),
-    lambda: Measurement("m", True), lambda: Restricted(Proof("WitCert.Contract.comp_sound"), " "),
-    lambda: decide_tier(Proof("WitCert.Contract.comp_sound"), value=math.nan),
+    lambda: proof("comp_sound"), lambda: Measurement("", 1), lambda: Measurement("m", 0),
+    lambda: Measurement("m", True), lambda: Restricted(proof("WitCert.Contract.comp_sound"), " "),
+    lambda: decide_tier(proof("WitCert.Contract.comp_sound"), value=math.nan),
     lambda: decide_tier("proof"),  # type: ignore[arg-type]
 ])
 def test_bad_evidence_raises(bad: object) -> None:
@@ -89,8 +90,8 @@ def test_bad_evidence_raises(bad: object) -> None:
 
 ASSUMED = Assumption("queries are non-adaptive", reason="no code sees how q was chosen")
 ALSO = Assumption("rho_t >= ||v_t - v_hat_t||", reason="the exact values are not passed")
-proofs = st.sampled_from([Proof("WitCert.Contract.comp_sound"),
-                          Proof("WitCert.Contract.comp_sound", (Premise("a2 >= 0", True),))])
+proofs = st.sampled_from([proof("WitCert.Contract.comp_sound"),
+                          proof("WitCert.Contract.comp_sound", (premise("a2 >= 0", True),))])
 
 
 def test_an_assumption_states_what_and_why() -> None:
@@ -121,7 +122,7 @@ def test_an_assumption_never_yields_certified(proof: Proof, assumed: list[Assump
 
 
 def test_assumptions_are_collected_once_in_order() -> None:
-    p = Proof("WitCert.Contract.comp_sound")
+    p = proof("WitCert.Contract.comp_sound")
     ev = Composition((Restricted(p, assumptions=(ASSUMED, ALSO)), p,
                       Restricted(p, assumptions=(ALSO,))))
     assert assumptions_of(ev) == (ASSUMED, ALSO)
@@ -132,12 +133,12 @@ def test_assumptions_are_collected_once_in_order() -> None:
 def test_an_assumption_is_not_a_premise() -> None:
     """Only a Restricted carries assumptions: a proof's premises are checked truth values."""
     with pytest.raises(InvalidValueError, match="Assumption"):
-        Proof("WitCert.Contract.comp_sound", (ASSUMED,))  # type: ignore[arg-type]
+        proof("WitCert.Contract.comp_sound", (ASSUMED,))  # type: ignore[arg-type]
     with pytest.raises(InvalidValueError, match="holds"):
-        Premise("a2 >= 0", 1)  # type: ignore[arg-type]
+        premise("a2 >= 0", 1)  # type: ignore[arg-type]
     with pytest.raises(InvalidValueError, match="statement"):
-        Premise("  ", True)
+        premise("  ", True)
     with pytest.raises(InvalidValueError, match="assumptions"):
-        Restricted(Proof("WitCert.Contract.comp_sound"), assumptions=("x",))  # type: ignore[arg-type]
+        Restricted(proof("WitCert.Contract.comp_sound"), assumptions=("x",))  # type: ignore[arg-type]
     with pytest.raises(InvalidValueError, match="subset"):
-        Restricted(Proof("WitCert.Contract.comp_sound"))
+        Restricted(proof("WitCert.Contract.comp_sound"))

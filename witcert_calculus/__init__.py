@@ -10,7 +10,7 @@ Main declarations (see each module for more):
 - metrics: :class:`AtWrite`, :class:`AtConsume`, the metric classes, :func:`register_metric`
 - tiers: :class:`Tier`, :func:`weakest`, :class:`Proof`, :class:`Restricted`,
   :class:`Assumption`, :class:`Measurement`, :func:`decide_tier`, :func:`assumptions_of`
-- contracts: :class:`Contract`, :func:`chain`, :func:`identity`, :class:`Reading`
+- contracts: :class:`Contract`, :func:`chain`, :func:`identity`, :func:`declare`, :class:`Reading`
 - bridges: :func:`score_bridge`, :func:`softmax_tv_eform`, :func:`rank_prefix_selection`, ...;
   their gate-law inverses :func:`gate_threshold` (:class:`GateForm`)
 - errors: :class:`WitcertError` and its tree
@@ -47,6 +47,7 @@ from witcert_calculus.contracts import (
     Transfer,
     TransferKind,
     chain,
+    declare,
     identity,
 )
 from witcert_calculus.errors import (
@@ -458,6 +459,7 @@ __all__ = [
     "certify_entries",
     "certify_step",
     "chain",
+    "declare",
     "decide_tier",
     "delta_local",
     "dispersion_bound_unsound",

@@ -106,16 +106,16 @@ class RiskLedger:
         JournalError: if the journal cannot be opened or does not replay.
 
     Example:
-        >>> from witcert_calculus.contracts import Reading
-        >>> from witcert_calculus.metrics import AttentionTV, AtConsume
-        >>> from witcert_calculus.tiers import Proof
+        >>> import numpy as np
+        >>> from witcert_calculus.meters.tv_forms import tv_eform
+        >>> from witcert_calculus.meters.witness import RopeLayout, logit_bound
+        >>> c = logit_bound(np.array([1.0, 0.0]), np.array([[0.01], [0.02]]),
+        ...                 layout=RopeLayout.INTERLEAVED, scale=1.0)
+        >>> cert = tv_eform(np.array([0.5, 0.5]), c).reading()  # a meter's reading, delta 0
         >>> ledger = RiskLedger()
         >>> r = ledger.open_request(delta_req="1/100")
-        >>> cert = Reading(AttentionTV[AtConsume], 0.01,
-        ...                evidence=Proof("WitCert.Meters.tv_eform_sound"),
-        ...                delta=ledger.next_allowance(r))
         >>> ledger.admit(r, cert).charged
-        Fraction(1, 200)
+        Fraction(0, 1)
         >>> ledger.verdict(r).tier
         <Tier.CERTIFIED: 3>
     """
@@ -320,17 +320,18 @@ class RiskLedger:
         Whatever ``reading`` raises propagates; nothing is then recorded.
 
         Example:
+            >>> from witcert_calculus import Measurement
             >>> from witcert_calculus.contracts import Reading
             >>> from witcert_calculus.metrics import AttentionTV, AtConsume
-            >>> from witcert_calculus.tiers import Proof
             >>> ledger = RiskLedger()
             >>> r = ledger.open_request(delta_req="1/100")
+            >>> seen = []
             >>> def at(allowance: Fraction) -> Reading[AttentionTV[AtConsume]]:
+            ...     seen.append(allowance)  # a meter would spend it as its failure probability
             ...     return Reading(AttentionTV[AtConsume], 0.01,
-            ...                    evidence=Proof("WitCert.Meters.tv_eform_sound"),
-            ...                    delta=allowance)
-            >>> [ledger.admit_next(r, at).charged for _ in range(3)]
-            [Fraction(1, 200), Fraction(1, 600), Fraction(1, 1200)]
+            ...                    evidence=Measurement("observed", samples=1))
+            >>> [ledger.admit_next(r, at).charged for _ in range(3)], seen
+            ([Fraction(0, 1), Fraction(0, 1), Fraction(0, 1)], [Fraction(1, 200), Fraction(1, 200), Fraction(1, 200)])
         """
         if not callable(reading):
             raise InvalidValueError("reading", reading, "must be a callable that maps the "

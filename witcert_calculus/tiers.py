@@ -271,7 +271,7 @@ class Proof:
 
 def _proof_content(theorem: str, premises: tuple[Premise, ...],
                    claim: tuple[object, ...]) -> tuple[object, ...]:
-    return (theorem, tuple(p.seal for p in premises), claim)
+    return (theorem, tuple(getattr(p, "seal", None) for p in premises), claim)
 
 
 def _proof(theorem: str, premises: tuple[Premise, ...] = (),

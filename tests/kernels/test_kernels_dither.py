@@ -17,6 +17,7 @@ from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_kernels.dither import dither_noise, dither_noise_layers, dither_quantize, \
     exact_channels, philox4x32, select_outlier_pairs  # noqa: E402
 
+from reference.issued import reading
 
 def test_philox_matches_the_reference_on_edge_counters() -> None:
     words = np.array([0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF], dtype=np.uint64)
@@ -273,7 +274,7 @@ def test_the_torch_tier_b_bound_carries_its_event_and_its_assumptions() -> None:
     both = a + u
     p = torch.softmax(torch.randn(1, 1, 2, 5, generator=g, dtype=torch.float64), dim=-1)
     b = tv_bounds_batch(p, both, check=False)
-    r = Reading(AttentionTV[AtConsume], float(b.meter.max()),
+    r = reading(AttentionTV[AtConsume], float(b.meter.max()),
                 evidence=b.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND), delta=b.basis.delta)
     assert r.tier is Tier.PARTIALLY_CERTIFIED and r.delta == Fraction(1e-4)
     assert r.assumptions == u.assumptions

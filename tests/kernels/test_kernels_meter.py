@@ -20,6 +20,7 @@ from witcert_kernels.meter import (  # noqa: E402
     tv_meter_batch,
     tv_tanh_max_batch,
 )
+from reference.issued import reading  # noqa: E402
 
 
 def _rope(x: torch.Tensor, pos: torch.Tensor, layout: RopeLayout) -> torch.Tensor:
@@ -246,7 +247,7 @@ def test_band_norms_from_the_caller_give_a_plain_tensor_that_is_assumed() -> Non
     assert isinstance(c, torch.Tensor) and not isinstance(c, LogitBound)
     p = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), dim=-1)
     b = tv_bounds_batch(p, c)
-    r = Reading(AttentionTV[AtConsume], float(b.meter.max()),
+    r = reading(AttentionTV[AtConsume], float(b.meter.max()),
                 evidence=b.basis.evidence(TV_EFORM_SOUND))
     assert r.tier is Tier.PARTIALLY_CERTIFIED and r.assumptions == (CALLER_LOGIT_BOUND,)
 
@@ -265,13 +266,13 @@ def test_torch_tv_readings_are_certified_by_construction() -> None:
         worst = float(b.meter.max())
         for theorems in ((TV_EFORM_SOUND,), (TV_TWO_SIDED_SOUND,),
                          (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)):
-            r = Reading(AttentionTV[AtConsume], worst, evidence=b.basis.evidence(*theorems),
+            r = reading(AttentionTV[AtConsume], worst, evidence=b.basis.evidence(*theorems),
                         delta=b.basis.delta)
             assert r.tier is Tier.CERTIFIED and r.assumptions == ()
         # a plain tensor is the caller's claim
         plain = tv_bounds_batch(p, c.values.clone(), check=check)
         assert torch.equal(plain.meter, b.meter)
-        r = Reading(AttentionTV[AtConsume], worst, evidence=plain.basis.evidence(TV_EFORM_SOUND))
+        r = reading(AttentionTV[AtConsume], worst, evidence=plain.basis.evidence(TV_EFORM_SOUND))
         assert r.tier is Tier.PARTIALLY_CERTIFIED and r.assumptions == (CALLER_LOGIT_BOUND,)
 
 
@@ -346,7 +347,7 @@ def test_tanh_max_alone_equals_the_batch_form_and_numpy_and_is_certified() -> No
     # numpy's and torch's tanh may differ by an ulp; both are then rounded outward
     assert np.allclose(th.reshape(-1).numpy(), ref, rtol=1e-14, atol=0.0)
     assert bool((th.reshape(-1) >= torch.tanh(torch.tensor(flat.max(axis=-1)))).all())
-    r = Reading(AttentionTV[AtConsume], float(th.max()),
+    r = reading(AttentionTV[AtConsume], float(th.max()),
                 evidence=basis.evidence(SOFTMAX_TV_TANH_SOUND), delta=basis.delta)
     assert r.tier is Tier.CERTIFIED
     _, bad = tv_tanh_max_batch(-c.values)  # a negative "bound" is refused at evidence time

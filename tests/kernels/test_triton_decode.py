@@ -17,6 +17,7 @@ from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_kernels.meter import logit_bound, tv_bounds_batch  # noqa: E402
 from witcert_kernels.triton_decode import fused_decode  # noqa: E402
 from witcert_kernels.triton_witness import witness_write  # noqa: E402
+from reference.issued import reading
 
 LAYOUT = RopeLayout.HALF_SPLIT
 BANDS = 4
@@ -210,7 +211,7 @@ def test_the_kernels_bounds_become_readings_with_computed_premises() -> None:
     q = torch.randn(2, 4, 32, generator=torch.Generator().manual_seed(9))
     got = c.run(q, splits=2)
     worst = float(got.meter.max())
-    reading = Reading(AttentionTV[AtConsume], min(1.0, worst),
+    reading = reading(AttentionTV[AtConsume], min(1.0, worst),
                       evidence=got.basis.evidence(TV_EFORM_SOUND))
     assert reading.tier is Tier.CERTIFIED
     assert TV_EFORM_SOUND in theorems_of(reading.evidence)

@@ -31,6 +31,7 @@ from witcert_kernels.triton_decode import POOL_WRITTEN_BY_STORE, FusedDecodeTier
     fused_decode, fused_decode_pool, fused_decode_tier_b, pool_cast_bound  # noqa: E402
 from witcert_kernels.triton_dither import DitherPool, dither_read, dither_store  # noqa: E402
 from witcert_kernels.triton_witness import witness_write  # noqa: E402
+from reference.issued import reading
 
 LAYOUT = RopeLayout.HALF_SPLIT
 D = 32
@@ -470,7 +471,7 @@ def test_tier_b_readings_are_partially_certified_on_their_assumptions() -> None:
     q = torch.randn(2, 2, D, generator=torch.Generator().manual_seed(3))
     got = c.run(q)
     basis = got.tier_b.basis
-    reading = Reading(AttentionTV[AtConsume], min(1.0, float(got.tier_b.meter.max())),
+    reading = reading(AttentionTV[AtConsume], min(1.0, float(got.tier_b.meter.max())),
                       evidence=basis.evidence(TV_EFORM_SOUND), delta=basis.delta)
     assert reading.tier is Tier.PARTIALLY_CERTIFIED
     assumed = assumptions_of(reading.evidence)

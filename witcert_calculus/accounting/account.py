@@ -109,14 +109,16 @@ class Account:
         budget: the request's ``delta_req``, in ``(0, 1)``.
 
     Example:
-        >>> from witcert_calculus.metrics import AttentionTV, AtConsume
-        >>> from witcert_calculus.tiers import Proof
+        >>> import numpy as np
+        >>> from witcert_calculus.meters.tv_forms import tv_eform
+        >>> from witcert_calculus.meters.witness import RopeLayout, logit_bound
+        >>> c = logit_bound(np.array([1.0, 0.0]), np.array([[0.01], [0.02]]),
+        ...                 layout=RopeLayout.INTERLEAVED, scale=1.0)
+        >>> cert = tv_eform(np.array([0.5, 0.5]), c).reading()  # a meter's reading, delta 0
         >>> acct = Account(1, Probability.budget("1/100"))
-        >>> cert = Reading(AttentionTV[AtConsume], 0.01,
-        ...                evidence=Proof("WitCert.Meters.tv_eform_sound"), delta=acct.allowance)
         >>> event = acct.propose(cert, EmpiricalPolicy.FALLBACK, token=None)
         >>> acct.apply(event, where="<memory>").spent, acct.allowance
-        (Fraction(1, 200), Fraction(1, 600))
+        (Fraction(0, 1), Fraction(1, 200))
     """
 
     __slots__ = ("_saturated", "_tally", "allowance", "budget", "closed", "entries",
@@ -302,10 +304,15 @@ class EntryBatch:
         slots: the pool slots the entries are written to (one per entry, validated), or ``None``.
 
     Example:
+        >>> import numpy as np
+        >>> from witcert_calculus.meters.tv_forms import tv_eform
+        >>> from witcert_calculus.meters.witness import RopeLayout, logit_bound
+        >>> c = logit_bound(np.array([1.0, 0.0]), np.array([[0.01], [0.02]]),
+        ...                 layout=RopeLayout.INTERLEAVED, scale=1.0)
+        >>> cert = tv_eform(np.array([0.5, 0.5]), c).reading()  # a meter's reading, delta 0
         >>> from witcert_calculus.metrics import AttentionTV, AtConsume
-        >>> from witcert_calculus.tiers import Proof
         >>> batch = EntryBatch.certify([0.01, 0.5], threshold=0.1, metric=AttentionTV[AtConsume],
-        ...                            evidence=Proof("WitCert.Meters.tv_eform_sound"), delta=0)
+        ...                            evidence=cert.evidence, delta=0)
         >>> acct = Account(1, Probability.budget("1/100"))
         >>> event = batch.propose(acct, EmpiricalPolicy.FALLBACK, token=None)
         >>> event.n_entries, event.n_kept

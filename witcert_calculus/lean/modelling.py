@@ -212,8 +212,10 @@ def modelling_of(evidence: Evidence) -> tuple[ModellingStep, ...]:
     """Every modelling step of the theorems a piece of evidence cites, in order, no repeats.
 
     Example:
-        >>> from witcert_calculus.tiers import Proof
-        >>> [s.key for s in modelling_of(Proof("WitCert.Meters.tv_eform_sound"))]
+        >>> import numpy as np
+        >>> from witcert_calculus.meters.tv_forms import tv_eform
+        >>> cert = tv_eform(np.array([0.5, 0.5]), np.array([0.01, 0.02])).reading()
+        >>> [s.key for s in modelling_of(cert.evidence)]
         ['float-rounding', 'softmax-as-computed', 'zero-mass-tokens']
     """
     return tuple(dict.fromkeys(s for t in theorems_of(evidence) for s in steps_for(t)))

@@ -50,6 +50,7 @@ from witcert_calculus.tiers import theorems_of  # noqa: E402
 from witcert_kernels.meter import logit_bound, tv_bounds_batch  # noqa: E402
 from witcert_kernels.triton_decode import fused_decode  # noqa: E402
 from witcert_kernels.triton_witness import witness_write  # noqa: E402
+from witcert_calculus.contracts import _reading as reading  # noqa: E402  # pyright: ignore[reportPrivateUsage]
 
 torch.set_num_threads(1)
 LAYOUT = RopeLayout.HALF_SPLIT
@@ -213,7 +214,7 @@ def case_meter_2d() -> dict[str, Any]:
             vis = torch.tensor([n for _, n, _ in c.rows()], dtype=torch.float64)
             assert torch.equal(cert.visible, vis[:, None].expand(-1, 4))
             assert bool((cert.witness_min >= 0).all())
-            reading = Reading(AttentionTV[AtConsume], min(1.0, float(cert.meter.max())),
+            reading = reading(AttentionTV[AtConsume], min(1.0, float(cert.meter.max())),
                               evidence=cert.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND))
             assert reading.tier is Tier.CERTIFIED
             assert cert.basis.logit is not None
