@@ -41,10 +41,11 @@ from witcert_adapters.head_shards import HeadShard
 from witcert_calculus.accounting.entries import Aggregate
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
-from witcert_calculus.tiers import Proof
+from witcert_calculus.tiers import _proof  # pyright: ignore[reportPrivateUsage]
 
 TV = AttentionTV[AtConsume]
-PROOF = Proof("WitCert.Meters.tv_eform_sound")
+# A meter's proof, as the meter issues it (the benchmark times the ledger, not a meter).
+PROOF = _proof("WitCert.Meters.tv_eform_sound")
 TAU = 0.1
 DELTA = "1/100"
 

@@ -69,7 +69,7 @@ from witcert_calculus.bridges import (
     softmax_tv_tanh_osc,
 )
 from witcert_calculus.accounting.budget import telescoping_delta, telescoping_spent
-from witcert_calculus.contracts import Contract
+from witcert_calculus.contracts import Contract, _proved  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.meters.formats import (
     EPS,
@@ -80,7 +80,7 @@ from witcert_calculus.meters.formats import (
     code_value,
     witness_exact,
 )
-from witcert_calculus.tiers import Measurement, Proof, Restricted, Tier, decide_tier, weakest
+from witcert_calculus.tiers import Measurement, Proof, Restricted, Tier, _proof, decide_tier, weakest  # pyright: ignore[reportPrivateUsage]
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "formal" / "WitCert" / "GeneratedChecks.lean"
@@ -201,21 +201,19 @@ def _frac(rng: random.Random, *, lo: int = 0, hi: int = 12, dens: tuple[int, ...
     return Fraction(rng.randint(lo, hi), rng.choice(dens))
 
 
-def _evidence(rng: random.Random) -> Proof | Restricted | Measurement:
-    kind = rng.randrange(3)
-    if kind == 0:
-        return Proof("WitCert.Contract.comp_sound")
-    if kind == 1:
-        return Restricted(Proof("WitCert.Contract.comp_sound"), subset="e_in <= 1")
-    return Measurement("generated", samples=rng.randint(1, 9))
-
-
 def _stage(rng: random.Random, m_in: tuple[str, str], m_out: tuple[str, str], name: str
            ) -> Contract[Any, Any]:
+    """A stage of random coefficients, proved (for its own claim), restricted or measured."""
     cap = None if rng.random() < 0.4 else _frac(rng, lo=1, hi=20)
-    return Contract(py_metric(*m_in), py_metric(*m_out), a=_frac(rng), b=_frac(rng, hi=6),
-                    delta=Fraction(rng.randint(0, 3), rng.choice((100, 1000, 64))),
-                    cap=cap, evidence=_evidence(rng), name=name)
+    a, b = _frac(rng), _frac(rng, hi=6)
+    delta = Fraction(rng.randint(0, 3), rng.choice((100, 1000, 64)))
+    kind = rng.randrange(3)
+    if kind == 2:
+        return Contract(py_metric(*m_in), py_metric(*m_out), a=a, b=b, delta=delta, cap=cap,
+                        evidence=Measurement("generated", samples=rng.randint(1, 9)), name=name)
+    return _proved(py_metric(*m_in), py_metric(*m_out), a=a, b=b, delta=delta, cap=cap,
+                   theorem="WitCert.Contract.comp_sound", name=name,
+                   subset="e_in <= 1" if kind == 1 else "")
 
 
 def _def(name: str, c: Contract[Any, Any], m_in: tuple[str, str], m_out: tuple[str, str]) -> str:
@@ -282,8 +280,8 @@ def tier_checks(rng: random.Random, count: int) -> list[str]:
             lean = f"(Tier.weakest .{TIERS[t].removeprefix('Tier.')} {lean})"
         out.append(_example(f"{lean} = {TIERS[weakest(*ts)]}"))
     kinds: list[tuple[str, Callable[[], Proof | Restricted | Measurement]]] = [
-        ("Evidence.proof", lambda: Proof("WitCert.Contract.comp_sound")),
-        ("Evidence.restricted", lambda: Restricted(Proof("WitCert.Contract.comp_sound"),
+        ("Evidence.proof", lambda: _proof("WitCert.Contract.comp_sound")),
+        ("Evidence.restricted", lambda: Restricted(_proof("WitCert.Contract.comp_sound"),
                                                   subset="e_in <= 1")),
         ("Evidence.measurement", lambda: Measurement("generated", samples=3)),
     ]

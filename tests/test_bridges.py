@@ -33,6 +33,8 @@ from witcert_calculus import (
     witness_contract,
 )
 from witcert_calculus import bridges
+from witcert_calculus.metrics import PerTokenL2, PooledError
+from reference.issued import contract
 
 finite = st.floats(min_value=-8, max_value=8, allow_nan=False)
 NOISE = mpmath.mpf("1e-45")  # accuracy of the 50-digit reference (rounding of exp and sums)
@@ -251,4 +253,6 @@ def test_every_bridge_names_a_lean_theorem() -> None:
     assert softmax_tv_eform(AtConsume).theorems == ("WitCert.Analytic.softmax_tv_eform_sound",)
     assert LogitLinf[AtConsume] == softmax_tv_eform(AtConsume).m_in
     with pytest.raises(PremiseError):
-        bridges._proof("pooling.l2", ("w >= 0", False))
+        contract(PerTokenL2[AtConsume], PooledError[AtConsume], a=1, b=0,
+                 theorem=bridges.THEOREMS["pooling.l2"], premises=(("w >= 0", False),),
+                 name="pooling (l2 caliber)")

@@ -12,7 +12,9 @@ from witcert_calculus.errors import (
     AdmissionError,
     AllowanceMovedError,
     BudgetExceededError,
+    EvidenceMismatchError,
     ForgedBoundError,
+    ForgedEvidenceError,
     InvalidValueError,
     EngineMismatchError,
     InjectionError,
@@ -65,6 +67,10 @@ SAMPLES: list[tuple[WitcertError, type[Exception]]] = [
     (TheoremExportError("/tmp/theorems.json", "not a JSON list"), ValueError),
     (ChainSpecError("stage 2 ('nope')", "names no bridge 'nope'"), ValueError),
     (ForgedBoundError("LogitBound", ("witcert_calculus.meters.witness.logit_bound",)), TypeError),
+    (ForgedEvidenceError("Proof", "Proof('WitCert.Contract.id_sound')", "issued by a bridge"),
+     TypeError),
+    (EvidenceMismatchError("WitCert.Bridges.score_bridge_sound", "b", 0, Fraction(1, 2)),
+     ValueError),
 ]
 
 

@@ -532,19 +532,19 @@ def _check_claim(proof: Proof, claim: tuple[object, ...]) -> None:
 def _proved(m_in: type[In], m_out: type[Out], *, a: Number, b: Number, theorem: str,
             name: str, premises: Iterable[tuple[str, bool]] = (), delta: Number = 0,
             cap: Number | None = None, transfer: Transfer | None = None,
-            assumptions: tuple[Assumption, ...] = ()) -> Contract[In, Out]:
+            assumptions: tuple[Assumption, ...] = (), subset: str = "") -> Contract[In, Out]:
     """A contract proved by ``theorem`` on premises the calling code computed.
 
     The proof is issued for exactly this contract's claim (metrics, coefficients, delta,
-    domain, transfer); with ``assumptions`` it is restricted by them."""
+    domain, transfer); with ``assumptions`` or a ``subset`` it is restricted by them."""
     metric_info(m_in)
     metric_info(m_out)
     claim = _claim(m_in, m_out, exact(a, "a"), exact(b, "b"),
                    exact(delta, "delta", upper=Fraction(1), strict_upper=True),
                    None if cap is None else exact(cap, "cap"), transfer)
     proof = _proof(theorem, tuple(_premise(s, h) for s, h in premises), claim)
-    evidence: Proof | Restricted = Restricted(proof, assumptions=assumptions) \
-        if assumptions else proof
+    evidence: Proof | Restricted = Restricted(proof, subset, assumptions) \
+        if assumptions or subset else proof
     return Contract(m_in, m_out, a=a, b=b, evidence=evidence, name=name, delta=delta,
                     cap=cap, transfer=transfer)
 

@@ -211,10 +211,10 @@ def test_the_kernels_bounds_become_readings_with_computed_premises() -> None:
     q = torch.randn(2, 4, 32, generator=torch.Generator().manual_seed(9))
     got = c.run(q, splits=2)
     worst = float(got.meter.max())
-    reading = reading(AttentionTV[AtConsume], min(1.0, worst),
+    issued = reading(AttentionTV[AtConsume], min(1.0, worst),
                       evidence=got.basis.evidence(TV_EFORM_SOUND))
-    assert reading.tier is Tier.CERTIFIED
-    assert TV_EFORM_SOUND in theorems_of(reading.evidence)
+    assert issued.tier is Tier.CERTIFIED
+    assert TV_EFORM_SOUND in theorems_of(issued.evidence)
     # Tier A: the logit bound is certified, so its premise is stated by name, not composed
     assert got.basis.logit is not None and LOGIT_BOUND_SOUND in theorems_of(got.basis.logit)
     w = c.w.clone()

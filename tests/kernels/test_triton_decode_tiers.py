@@ -471,9 +471,9 @@ def test_tier_b_readings_are_partially_certified_on_their_assumptions() -> None:
     q = torch.randn(2, 2, D, generator=torch.Generator().manual_seed(3))
     got = c.run(q)
     basis = got.tier_b.basis
-    reading = reading(AttentionTV[AtConsume], min(1.0, float(got.tier_b.meter.max())),
+    issued = reading(AttentionTV[AtConsume], min(1.0, float(got.tier_b.meter.max())),
                       evidence=basis.evidence(TV_EFORM_SOUND), delta=basis.delta)
-    assert reading.tier is Tier.PARTIALLY_CERTIFIED
-    assumed = assumptions_of(reading.evidence)
+    assert issued.tier is Tier.PARTIALLY_CERTIFIED
+    assumed = assumptions_of(issued.evidence)
     for a in (NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM, STORED_ENCODING):
         assert a in assumed

@@ -214,9 +214,9 @@ def case_meter_2d() -> dict[str, Any]:
             vis = torch.tensor([n for _, n, _ in c.rows()], dtype=torch.float64)
             assert torch.equal(cert.visible, vis[:, None].expand(-1, 4))
             assert bool((cert.witness_min >= 0).all())
-            reading = reading(AttentionTV[AtConsume], min(1.0, float(cert.meter.max())),
+            issued = reading(AttentionTV[AtConsume], min(1.0, float(cert.meter.max())),
                               evidence=cert.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND))
-            assert reading.tier is Tier.CERTIFIED
+            assert issued.tier is Tier.CERTIFIED
             assert cert.basis.logit is not None
             assert LOGIT_BOUND_SOUND in theorems_of(cert.basis.logit)
     return {"max_relative_error_vs_twin": rel}
