@@ -160,6 +160,8 @@ if TYPE_CHECKING:
         softmax_tv_tanh,
         softmax_tv_tanh_osc,
         StableRows,
+        decompression_bridge,
+        latent_witness_contract,
         witness_contract,
     )
     from witcert_calculus.drift.changepoint import EDetector
@@ -329,6 +331,8 @@ _LAZY: dict[str, str] = {
     "tv_tanh_max": "witcert_calculus.meters.tv_forms",
     "tv_two_sided": "witcert_calculus.meters.tv_forms",
     "witness_contract": "witcert_calculus.bridges",
+    "latent_witness_contract": "witcert_calculus.bridges",
+    "decompression_bridge": "witcert_calculus.bridges",
     "Fp8Format": "witcert_calculus.meters.formats",
     "Rounding": "witcert_calculus.meters.formats",
     "format_logit_bound": "witcert_calculus.meters.formats",
@@ -461,6 +465,7 @@ __all__ = [
     "chain",
     "decide_tier",
     "declare",
+    "decompression_bridge",
     "delta_local",
     "dispersion_bound_unsound",
     "dither_dequantize",
@@ -476,6 +481,7 @@ __all__ = [
     "gate_threshold",
     "identity",
     "is_established",
+    "latent_witness_contract",
     "logit_bound",
     "logit_linf_reading",
     "metric_info",

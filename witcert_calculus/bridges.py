@@ -7,6 +7,9 @@ EMPIRICAL too. Every function here names the Lean theorem that proves it.
 Main declarations:
 
 - :func:`witness_contract`: the stored residual witness bounds the residual.
+- :func:`latent_witness_contract`, :func:`decompression_bridge`: the same for a latent
+  (MLA-style) cache, and the row-wise Cauchy–Schwarz step from a latent residual to the
+  per-token value error.
 - :func:`score_bridge`: Cauchy–Schwarz, key residual -> logit sup-norm error.
 - :func:`softmax_tv_eform`, :func:`softmax_tv_tanh`, :func:`softmax_tv_tanh_osc`,
   :func:`softmax_tv_affine`, :func:`selector_mass_eform`: logit error -> total variation.
@@ -38,6 +41,7 @@ from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import (
     AttentionTV,
     KeyResidualAbs,
+    LatentResidual,
     LogitLinf,
     LogitOsc,
     Metric,
@@ -69,7 +73,9 @@ __all__ = [
     "Pooling",
     "Recurrence",
     "StableRows",
+    "decompression_bridge",
     "empirical_ratio_bridge",
+    "latent_witness_contract",
     "pooling",
     "rank_prefix_selection",
     "rank_prefix_stable",
@@ -89,6 +95,8 @@ B = TypeVar("B", bound=Metric[Any])
 
 THEOREMS: dict[str, str] = {
     "witness_contract": WITNESS_SOUND,
+    "latent_witness_contract": WITNESS_SOUND,
+    "decompression_bridge": SCORE_BRIDGE_SOUND,
     "score_bridge": SCORE_BRIDGE_SOUND,
     "softmax_tv_eform": SOFTMAX_TV_EFORM_SOUND,
     "selector_mass_eform": SOFTMAX_TV_EFORM_SOUND,
@@ -125,6 +133,51 @@ def witness_contract(site: type[S], *, witness_max: Number
     w = exact(witness_max, "witness_max")
     m = cast("type[KeyResidualAbs[S]]", at(KeyResidualAbs, site))
     return _proved(m, m, a=0, b=w, theorem=THEOREMS["witness_contract"], name="storage witness")
+
+
+def latent_witness_contract(site: type[S], *, witness_max: Number
+                            ) -> Contract[LatentResidual[S], LatentResidual[S]]:
+    """A latent entry's residual is at most its stored witness: ``e_out <= 0 * e_in + w``.
+
+    The latent cache's counterpart of :func:`witness_contract` (the theorem is stated for
+    any list of residual–witness pairs).
+
+    Lean: ``WitCert.Bridges.witness_sound``.
+
+    Example:
+        >>> from witcert_calculus import AtConsume
+        >>> float(latent_witness_contract(AtConsume, witness_max=0.5).b)
+        0.5
+    """
+    w = exact(witness_max, "witness_max")
+    m = cast("type[LatentResidual[S]]", at(LatentResidual, site))
+    return _proved(m, m, a=0, b=w, theorem=THEOREMS["latent_witness_contract"],
+                   name="latent witness")
+
+
+def decompression_bridge(site: type[S], *, row_norm_max: Number
+                         ) -> Contract[LatentResidual[S], PerTokenMax[S]]:
+    """Decompressing a latent, ``v = W c``: each coordinate of the value error is the dot
+    product of a row of ``W`` with the latent residual, so by Cauchy–Schwarz
+    ``max_j |(W (c_hat - c))_j| <= max_j ||W_j|| * ||c_hat - c||``.
+
+    Lean: ``WitCert.Bridges.score_bridge_sound`` (stated for any pairs and any scale; here
+    scale one and the rows of ``W``).
+
+    Args:
+        site: observation site of both metrics.
+        row_norm_max: an upper bound on the largest row norm of ``W`` (>= 0; round it up).
+
+    Example:
+        >>> from witcert_calculus import AtConsume
+        >>> float(decompression_bridge(AtConsume, row_norm_max=2).a)
+        2.0
+    """
+    r = exact(row_norm_max, "row_norm_max")
+    return _proved(cast("type[LatentResidual[S]]", at(LatentResidual, site)),
+                   cast("type[PerTokenMax[S]]", at(PerTokenMax, site)), a=r, b=0,
+                   theorem=THEOREMS["decompression_bridge"],
+                   name="decompression (row-wise Cauchy-Schwarz)")
 
 
 def score_bridge(site: type[S], *, scale: Number, q_norm_max: Number

@@ -602,12 +602,14 @@ def _restore(stages: tuple[Stage, ...]) -> Contract[Any, Any]:
         raise InvalidValueError("stages", stages, "must be a non-empty tuple of Stage")
     parts: list[Contract[Any, Any]] = []
     for s in stages:
+        c: Contract[Any, Any] = Contract(
+            s.m_in, s.m_out, a=s.a, b=s.b,  # type: ignore[arg-type]
+            evidence=s.evidence, name=s.name, delta=s.delta, cap=s.cap, transfer=s.transfer)
         if s.is_identity:
-            parts.append(identity(s.m_in))  # type: ignore[arg-type]
-            continue
-        parts.append(Contract(s.m_in, s.m_out, a=s.a, b=s.b,  # type: ignore[arg-type]
-                              evidence=s.evidence, name=s.name, delta=s.delta, cap=s.cap,
-                              transfer=s.transfer))
+            if theorems_of(s.evidence) != (ID_SOUND,):
+                raise InvalidValueError("stages", s.name, "only the identity is a unit stage")
+            c = identity(s.m_in)  # type: ignore[arg-type]
+        parts.append(c)
     out = parts[0]
     for c in parts[1:]:
         out = _compose(out, c)
