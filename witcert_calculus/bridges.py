@@ -35,7 +35,7 @@ from witcert_calculus.contracts import (
     Number,
     Transfer,
     TransferKind,
-    _proved,
+    _proved,  # pyright: ignore[reportPrivateUsage]
 )
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import (

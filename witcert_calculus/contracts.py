@@ -40,13 +40,12 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Final, Generic, NoReturn, TypeVar, final, overload
+from typing import Any, Final, Generic, NoReturn, TypeVar, cast, final, overload
 
 from typing_extensions import deprecated
 
 from witcert_calculus.errors import (
     EvidenceMismatchError,
-    ForgedEvidenceError,
     InvalidValueError,
     MetricMismatchError,
     OutOfDomainError,
@@ -63,11 +62,11 @@ from witcert_calculus.tiers import (
     Proof,
     Restricted,
     Tier,
-    _digest,
-    _evidence_key,
-    _premise,
-    _proof,
-    _sealed,
+    _digest,  # pyright: ignore[reportPrivateUsage]
+    _evidence_key,  # pyright: ignore[reportPrivateUsage]
+    _premise,  # pyright: ignore[reportPrivateUsage]
+    _proof,  # pyright: ignore[reportPrivateUsage]
+    _sealed,  # pyright: ignore[reportPrivateUsage]
     assumptions_of,
     decide_tier,
     theorems_of,
@@ -602,13 +601,14 @@ def _restore(stages: tuple[Stage, ...]) -> Contract[Any, Any]:
         raise InvalidValueError("stages", stages, "must be a non-empty tuple of Stage")
     parts: list[Contract[Any, Any]] = []
     for s in stages:
+        m_in = cast("type[Metric[Any]]", s.m_in)
         c: Contract[Any, Any] = Contract(
-            s.m_in, s.m_out, a=s.a, b=s.b,  # type: ignore[arg-type]
-            evidence=s.evidence, name=s.name, delta=s.delta, cap=s.cap, transfer=s.transfer)
+            m_in, cast("type[Metric[Any]]", s.m_out), a=s.a, b=s.b, evidence=s.evidence,
+            name=s.name, delta=s.delta, cap=s.cap, transfer=s.transfer)
         if s.is_identity:
             if theorems_of(s.evidence) != (ID_SOUND,):
                 raise InvalidValueError("stages", s.name, "only the identity is a unit stage")
-            c = identity(s.m_in)  # type: ignore[arg-type]
+            c = identity(m_in)
         parts.append(c)
     out = parts[0]
     for c in parts[1:]:

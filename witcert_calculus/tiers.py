@@ -176,7 +176,7 @@ class Premise:
         return (Premise, (self.statement, self.holds, self.seal))
 
 
-def _premise(statement: str, holds: bool) -> Premise:
+def _premise(statement: str, holds: bool) -> Premise:  # pyright: ignore[reportUnusedFunction]
     """Issue a premise whose truth the calling code computed."""
     return Premise(statement, holds, _digest("Premise", statement, holds))
 
@@ -274,7 +274,7 @@ def _proof_content(theorem: str, premises: tuple[Premise, ...],
     return (theorem, tuple(getattr(p, "seal", None) for p in premises), claim)
 
 
-def _proof(theorem: str, premises: tuple[Premise, ...] = (),
+def _proof(theorem: str, premises: tuple[Premise, ...] = (),  # pyright: ignore[reportUnusedFunction]
            claim: tuple[object, ...] = ()) -> Proof:
     """Issue a proof of ``claim`` by ``theorem`` on premises the calling code checked."""
     if isinstance(premises, tuple):

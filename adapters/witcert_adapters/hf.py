@@ -73,7 +73,7 @@ from witcert_adapters.live_run import LiveRun, TierBEvent
 from witcert_adapters.runs import ProbePath, Site
 from witcert_adapters.schemes import get_scheme
 from witcert_adapters.witness_cache import WitnessCache
-from witcert_calculus.contracts import Reading, _reading  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.contracts import _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.ledger import RiskLedger

@@ -61,7 +61,7 @@ from witcert_calculus.numerics.rounding import Margin, cast_margin, grid_mean_ma
     variance_margin
 from witcert_calculus.meters.witness import LogitBound, RopeLayout
 from witcert_calculus.numerics.validation import positive_int, real, uint
-from witcert_calculus.tiers import Assumption, Evidence, _premise
+from witcert_calculus.tiers import Assumption, Evidence, _premise  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.meter import _add_bounds, band_norms  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.rounding import outward
 # The shared constructions of an established bound and of its evidence (not public API).

@@ -72,7 +72,7 @@ from witcert_calculus.numerics.rounding import (
     radius_margin,
     variance_margin,
 )
-from witcert_calculus.tiers import Assumption, Composition, Evidence, Premise, Restricted, _premise, _proof
+from witcert_calculus.tiers import Assumption, Composition, Evidence, Premise, Restricted, _premise, _proof  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.numerics.validation import F64, distribution, finite_array, nonneg_array, \
     positive_int, real, uint
 from witcert_calculus.meters.witness import LogitBound, RopeLayout

@@ -57,7 +57,7 @@ from witcert_calculus.numerics.rounding import logit_margin, outward
 from witcert_calculus.lean.theorems import BOX_LOGIT_BOUND_SOUND, FORMAT_RESIDUAL_LE, \
     NEAREST_RESIDUAL_LE, TRUNC_RESIDUAL_LE
 from witcert_calculus.numerics.validation import F64, finite_array, float_up, nonneg_array, real
-from witcert_calculus.tiers import Proof, _premise, _proof
+from witcert_calculus.tiers import Proof, _premise, _proof  # pyright: ignore[reportPrivateUsage]
 # The one construction of an established bound (not public API).
 from witcert_calculus.meters.witness import LogitBound, _add_shapes, _establish, _read_only  # pyright: ignore[reportPrivateUsage]
 

@@ -28,7 +28,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import ArrayLike
 
-from witcert_calculus.contracts import Contract, _proved
+from witcert_calculus.contracts import Contract, _proved  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import OUTPUT_ERROR_BOUND_VECTOR_SOUND
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, AttentionTV

@@ -52,7 +52,7 @@ from typing import Any, Final, Generic, TypeVar, final
 import numpy as np
 from numpy.typing import ArrayLike
 
-from witcert_calculus.contracts import Reading, _reading
+from witcert_calculus.contracts import Reading, _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.numerics.rounding import outward, tanh_margin, tv_margin
@@ -71,11 +71,11 @@ from witcert_calculus.tiers import (
     Proof,
     Restricted,
     Tier,
-    _digest,
-    _evidence_key,
-    _premise,
-    _proof,
-    _sealed,
+    _digest,  # pyright: ignore[reportPrivateUsage]
+    _evidence_key,  # pyright: ignore[reportPrivateUsage]
+    _premise,  # pyright: ignore[reportPrivateUsage]
+    _proof,  # pyright: ignore[reportPrivateUsage]
+    _sealed,  # pyright: ignore[reportPrivateUsage]
     assumptions_of,
     decide_tier,
     theorems_of,
@@ -306,9 +306,12 @@ class TVBasis:
 def _basis_content(checks: tuple[tuple[str, object], ...], logit: Evidence | None,
                    delta: Fraction, also: tuple[str, ...]) -> tuple[object, ...]:
     # A truth computed later on the device (a 0-d tensor) is sealed as that object.
-    truths = tuple((statement, bool(truth) if isinstance(truth, (bool, np.bool_))
-                    else ("deferred", id(truth))) for statement, truth in checks)
-    return (truths, None if logit is None else _evidence_key(logit), delta, also)
+    truths: list[tuple[str, object]] = []
+    for statement, truth in checks:
+        known: Any = truth
+        settled = isinstance(known, (bool, np.bool_))
+        truths.append((statement, bool(known) if settled else ("deferred", id(truth))))
+    return (tuple(truths), None if logit is None else _evidence_key(logit), delta, also)
 
 
 def _issue_basis(checks: tuple[tuple[str, object], ...], logit: Evidence | None,

@@ -54,7 +54,7 @@ from typing import Any, Final, Generic, NoReturn, TypeVar, final, overload
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-from witcert_calculus.contracts import Reading, _reading
+from witcert_calculus.contracts import Reading, _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
 from witcert_calculus.lean.theorems import ADD_SOUND, LOGIT_BOUND_SOUND, MIN_BOUND_SOUND
 from witcert_calculus.metrics import AtConsume, LogitLinf
@@ -64,8 +64,8 @@ from witcert_calculus.tiers import (
     Composition,
     Evidence,
     Restricted,
-    _premise,
-    _proof,
+    _premise,  # pyright: ignore[reportPrivateUsage]
+    _proof,  # pyright: ignore[reportPrivateUsage]
     assumptions_of,
 )
 from witcert_calculus.numerics.validation import F64, finite_array, nonneg_array, positive_int, real

@@ -35,7 +35,7 @@ from witcert_adapters.gate import GateVerdict, Stage, StageResult, declared_prob
     ordered_verdict
 from witcert_adapters.runs import ProbePath, Site
 from witcert_adapters.vllm_plugin.meter import SUMMARY
-from witcert_calculus.contracts import Reading, _reading  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.contracts import _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
