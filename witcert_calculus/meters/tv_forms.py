@@ -309,7 +309,7 @@ def _basis_content(checks: tuple[tuple[str, object], ...], logit: Evidence | Non
     truths: list[tuple[str, object]] = []
     for statement, truth in checks:
         known: Any = truth
-        settled = isinstance(known, (bool, np.bool_))
+        settled = isinstance(truth, (bool, np.bool_))
         truths.append((statement, bool(known) if settled else ("deferred", id(truth))))
     return (tuple(truths), None if logit is None else _evidence_key(logit), delta, also)
 
