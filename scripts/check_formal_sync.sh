@@ -10,6 +10,8 @@
 #      definitions.
 #   2. statement lock: `scripts/statement_lock.py` compares the committed lock
 #      formal/statements.lock.json with the shipped export witcert_calculus/lean/lean_export.json.
+#   3. schemas: `scripts/check_schemas.py` compares each built-in schema (the claim a theorem
+#      certifies, witcert_calculus/schemas.py) with its theorem's statement in the lock.
 #
 # Usage: bash scripts/check_formal_sync.sh        (PYTHON=... selects the interpreter)
 set -uo pipefail
@@ -34,8 +36,13 @@ if ! "$PY" scripts/statement_lock.py; then
          "shipped export witcert_calculus/lean/lean_export.json" >&2
     failed+=("statement lock")
 fi
+if ! "$PY" scripts/check_schemas.py; then
+    echo "formal-sync: FAILED: schemas: a built-in schema's theorem no longer states its claim" \
+         "in formal/statements.lock.json" >&2
+    failed+=("schemas")
+fi
 if [ "${#failed[@]}" -ne 0 ]; then
     echo "formal-sync: drift in: $(IFS=,; echo "${failed[*]}" | sed 's/,/, /g')" >&2
     exit 1
 fi
-echo "formal-sync: ok (generated checks fresh, statement lock matches the export)"
+echo "formal-sync: ok (generated checks fresh, statement lock matches the export, schemas state their theorems)"

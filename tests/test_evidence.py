@@ -300,3 +300,25 @@ def test_a_flipped_byte_in_pickled_evidence_is_refused_or_changes_nothing(data: 
             value.raw, value.delta, value.evidence, value.tier)
     else:
         assert back == value
+
+
+def test_every_builtin_contract_comes_from_its_theorems_schema() -> None:
+    from witcert_calculus import identity
+    from witcert_calculus.bridges import SCHEMAS
+    from witcert_calculus.metrics import metric_name
+    from witcert_calculus.schemas import IDENTITY, builtin_schemas
+
+    schemas = builtin_schemas()
+    assert set(SCHEMAS.values()) <= set(schemas) and IDENTITY in schemas
+    for c in (*_builtin_contracts(), identity(TV)):
+        for s in c.parts:
+            proof = s.evidence if isinstance(s.evidence, Proof) else s.evidence.proof  # type: ignore[union-attr]
+            families = {(x.theorem, x.m_in and metric_name(x.m_in[AtConsume]),
+                         x.m_out and metric_name(x.m_out[AtConsume])) for x in schemas}
+            key = (proof.theorem, metric_name(s.m_in), metric_name(s.m_out))
+            assert key in families or (proof.theorem, None, None) in families, key
+    assert IDENTITY.issue(TV).evidence == identity(TV).evidence  # the unit is marked as such
+    assert SCHEMAS["score_bridge"].issue(AtConsume, scale=Fraction(1, 8), q_norm_max=8) == \
+        score_bridge(AtConsume, scale=0.125, q_norm_max=8)
+    assert "with q_norm_max=8, scale=1/8" in score_bridge(
+        AtConsume, scale=0.125, q_norm_max=8).explain()

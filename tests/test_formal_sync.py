@@ -8,6 +8,7 @@ edited lock statement.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path("scripts") / "check_formal_sync.sh"
 NEEDED = (SCRIPT, Path("scripts") / "gen_lean_checks.py", Path("scripts") / "statement_lock.py",
+          Path("scripts") / "check_schemas.py",
           Path("formal") / "WitCert" / "GeneratedChecks.lean",
           Path("formal") / "statements.lock.json")
 
@@ -132,9 +134,9 @@ def test_sync_check_fails_on_a_consistently_changed_telescoping_budget(scratch: 
 
 
 @pytest.mark.parametrize("module, old, new, lean", [
-    ("bridges.py", "a=1, b=(mo + mi) / 2,", "a=1, b=(mo + mi) / 4,", "Bridges.selectionOffset"),
-    ("bridges.py", "a=slope, b=0, cap=e0,", "a=slope, b=0, cap=2 * e0,",
-     "Analytic.affineSlopeArg"),
+    ("bridges.py", "Claim(a=1, b=(m_out + m_in) / 2)", "Claim(a=1, b=(m_out + m_in) / 4)",
+     "Bridges.selectionOffset"),
+    ("bridges.py", "b=0, cap=eps0)", "b=0, cap=2 * eps0)", "Analytic.affineSlopeArg"),
     ("meters/tv_forms.py", "out: F64 = c.max(axis=-1)\n", "out: F64 = c.max(axis=-1) / 4\n",
      "Analytic.sharpLinfArg"),
 ], ids=["selection-offset", "affine-cap", "tanh-max-argument"])
@@ -147,3 +149,23 @@ def test_sync_check_fails_on_a_drifted_coefficient(scratch: Path, module: str, o
     assert proc.returncode != 0
     assert "FAILED: generated checks" in proc.stderr
     assert re.search(rf"^\+example : {re.escape(lean)} ", proc.stderr, re.MULTILINE), proc.stderr
+
+
+def test_sync_check_fails_on_a_statement_that_no_longer_states_a_schema(scratch: Path) -> None:
+    """The selection bound's offset halved in Lean, in the lock and the shipped export alike:
+    the lock agrees with the export, the generated checks do not read statements, and only
+    the schema check sees that the theorem no longer states the bridge's claim."""
+    old, new = "≤ (mOut + mIn) / 2 + WitCert.Bridges.tv common", \
+        "≤ (mOut + mIn) / 4 + WitCert.Bridges.tv common"
+    _edit(scratch / "formal" / "statements.lock.json", old, new)
+    export = scratch / "witcert_calculus" / "lean" / "lean_export.json"
+    data = json.loads(export.read_text(encoding="utf-8"))
+    (record,) = [r for r in data["theorems"] if old in r["statement"]]
+    record["statement"] = record["statement"].replace(old, new)
+    export.write_text(json.dumps(data), encoding="utf-8")
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert "FAILED: schemas" in proc.stderr
+    assert "rank-prefix selection: WitCert.Bridges.rank_prefix_selection_sound no longer " \
+        "states" in proc.stderr
+    assert proc.stderr.split("drift in:")[-1].strip() == "schemas", proc.stderr

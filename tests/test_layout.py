@@ -9,7 +9,7 @@ import of ``pkg.mod`` is an edge to ``pkg.mod``; ``from pkg import name`` is an 
 ``pkg.name`` when that is a module, and to ``pkg`` (its ``__init__``) otherwise.
 
 Inside ``witcert_calculus`` the modules live in rooms: the faces a user imports sit at the
-top (the algebra: ``metrics``, ``tiers``, ``contracts``, ``bridges``; the ``ledger``; the
+top (the algebra: ``metrics``, ``tiers``, ``contracts``, ``schemas``, ``bridges``; the ``ledger``; the
 ``errors``), every other module in the subpackage of its concern. :data:`ALLOWED` says which
 rooms each room may import; a room that no other lists (``explore``, ``export``) is a leaf.
 """
@@ -82,7 +82,8 @@ class ImportGraph:
 
 #: The library's faces (top-level modules) and the room each belongs to for the rules.
 FACES: dict[str, str] = {"metrics": "algebra", "tiers": "algebra", "contracts": "algebra",
-                         "bridges": "algebra", "ledger": "ledger", "errors": "errors"}
+                         "schemas": "algebra", "bridges": "algebra", "ledger": "ledger",
+                         "errors": "errors"}
 #: The library's rooms (subpackages), each a concern.
 ROOMS: frozenset[str] = frozenset({"numerics", "lean", "meters", "accounting", "drift",
                                    "explore", "export"})

@@ -20,7 +20,8 @@ from witcert_calculus import (
     Restricted,
     Tier,
     chain,
-    declare,
+    Claim,
+    Schema,
     score_bridge,
     softmax_tv_eform,
 )
@@ -70,34 +71,42 @@ def _user_export(tmp_path: Path, statement: str = "∀ (x : Nat), x ≤ x + 1") 
 
 def test_a_user_export_makes_its_names_citable_and_explain_shows_the_origin(
         tmp_path: Path) -> None:
+    def schema() -> Schema:
+        return Schema("MyLake.Bridges.my_bridge_sound", LogitLinf, AttentionTV, ("b",),
+                      lambda b: Claim(a=0, b=b), premises=(("b <= 1", lambda b: b <= 1),),
+                      states=("x ≤ x + 1",), name="mine")
+
     with pytest.raises(UnknownTheoremError):
-        declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=Fraction(1, 2),
-                theorem="MyLake.Bridges.my_bridge_sound", name="mine")
+        schema()
     path = _user_export(tmp_path)
     records = theorems.register_theorems(path)
     assert [r.name for r in records] == ["MyLake.Bridges.my_bridge_sound"]
     assert theorems.lookup("MyLake.Bridges.my_bridge_sound").origin == str(path.resolve())
-    mine = declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=Fraction(1, 2),
-                   theorem="MyLake.Bridges.my_bridge_sound", name="mine",
-                   premises={"b <= 1": lambda: Fraction(1, 2) <= 1})
-    assert mine.tier is Tier.CERTIFIED
+    mine = schema().issue(AtConsume, b=Fraction(1, 2))
+    assert mine.tier is Tier.CERTIFIED and mine.b == Fraction(1, 2)
+    assert "with b=1/2" in mine.explain()
     # Its proof certifies that claim only: attached to another b, it is refused.
     with pytest.raises(EvidenceMismatchError, match="b="):
         Contract(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=0, evidence=mine.evidence,
                  name="stronger")
-    # A checker that finds its premise false, or returns no bool, issues nothing.
+    # A checker that finds its premise false, or returns no bool, issues nothing; nor do
+    # parameters other than the schema's.
     with pytest.raises(PremiseError):
-        declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=Fraction(1, 2),
-                theorem="MyLake.Bridges.my_bridge_sound", name="mine",
-                premises={"b <= 0": lambda: Fraction(1, 2) <= 0})
+        schema().issue(AtConsume, b=2)
     with pytest.raises(InvalidValueError, match="must return a bool"):
-        declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=Fraction(1, 2),
-                theorem="MyLake.Bridges.my_bridge_sound", name="mine",
-                premises={"b <= 1": lambda: 1})  # type: ignore[dict-item,return-value]
-    # The shipped export's theorems are issued by the library's bridges and meters only.
+        Schema("MyLake.Bridges.my_bridge_sound", LogitLinf, AttentionTV, ("b",),
+               lambda b: Claim(a=0, b=b), premises=(("b <= 1", lambda b: 1),),
+               name="mine").issue(AtConsume, b=0)
+    with pytest.raises(InvalidValueError, match="params"):
+        schema().issue(AtConsume, b=0, a=1)
+    # A schema must state what its theorem states.
+    with pytest.raises(InvalidValueError, match="does not state it"):
+        Schema("MyLake.Bridges.my_bridge_sound", LogitLinf, AttentionTV, ("b",),
+               lambda b: Claim(a=0, b=b), states=("x ≤ x + 2",), name="mine")
+    # The shipped export's theorems are issued by the library's own schemas only.
     with pytest.raises(InvalidValueError, match="shipped export"):
-        declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=0, b=0,
-                theorem="WitCert.Bridges.score_bridge_sound", name="forged")
+        Schema("WitCert.Bridges.score_bridge_sound", LogitLinf, AttentionTV, (),
+               lambda: Claim(a=0, b=0), name="forged").issue(AtConsume)
     text = mine.explain()
     assert "MyLake.Bridges.my_bridge_sound" in text and str(path.resolve()) in text
     built_in = chain(score_bridge(AtConsume, scale=1.0, q_norm_max=1.0), softmax_tv_eform(AtConsume))

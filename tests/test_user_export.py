@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from witcert_calculus import AtConsume, AttentionTV, LogitLinf, Tier, declare
+from witcert_calculus import AtConsume, AttentionTV, Claim, LogitLinf, Schema, Tier
 from witcert_calculus.lean import theorems
 from witcert_calculus.errors import UnknownTheoremError
 
@@ -59,7 +59,7 @@ def test_a_user_lake_project_is_exported_and_its_theorem_cited(tmp_path: Path) -
     (project / "MyBridges" / "Selection.lean").write_text(SOURCE, encoding="utf-8")
     name = "MyBridges.Selection.keep_all_sound"
     with pytest.raises(UnknownTheoremError, match=name):
-        declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=1, b=0, theorem=name, name="x")
+        Schema(name, LogitLinf, AttentionTV, (), lambda: Claim(a=1, b=0), name="keep all")
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "lean_driver.py"), "--root",
                            str(ROOT), "--cache", str(CACHE), "--project", str(project),
                            "--namespace", "MyBridges", "--jobs", "2"],
@@ -71,9 +71,9 @@ def test_a_user_lake_project_is_exported_and_its_theorem_cited(tmp_path: Path) -
     rec = theorems.lookup(name)
     assert rec.module == "MyBridges.Selection" and "e ≤ m + 0" in rec.statement
     assert rec.origin == str(export.resolve())
-    c = declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=1, b=Fraction(0),
-                theorem=name, name="keep all")
+    c = Schema(name, LogitLinf, AttentionTV, (), lambda: Claim(a=1, b=Fraction(0)),
+               states=("e ≤ m + 0",), name="keep all").issue(AtConsume)
     assert c.tier is Tier.CERTIFIED and str(export.resolve()) in c.explain()
     with pytest.raises(UnknownTheoremError):
-        declare(LogitLinf[AtConsume], AttentionTV[AtConsume], a=1, b=0,
-                theorem="MyBridges.Selection.helper", name="x")
+        Schema("MyBridges.Selection.helper", LogitLinf, AttentionTV, (),
+               lambda: Claim(a=1, b=0), name="x")

@@ -10,7 +10,8 @@ Main declarations (see each module for more):
 - metrics: :class:`AtWrite`, :class:`AtConsume`, the metric classes, :func:`register_metric`
 - tiers: :class:`Tier`, :func:`weakest`, :class:`Proof`, :class:`Restricted`,
   :class:`Assumption`, :class:`Measurement`, :func:`decide_tier`, :func:`assumptions_of`
-- contracts: :class:`Contract`, :func:`chain`, :func:`identity`, :func:`declare`, :class:`Reading`
+- contracts: :class:`Contract`, :func:`chain`, :func:`identity`, :class:`Reading`
+- schemas: :class:`Schema`, :class:`Claim` (what a theorem certifies; a contract of your own)
 - bridges: :func:`score_bridge`, :func:`softmax_tv_eform`, :func:`rank_prefix_selection`, ...;
   their gate-law inverses :func:`gate_threshold` (:class:`GateForm`)
 - errors: :class:`WitcertError` and its tree
@@ -47,7 +48,6 @@ from witcert_calculus.contracts import (
     Transfer,
     TransferKind,
     chain,
-    declare,
     identity,
 )
 from witcert_calculus.errors import (
@@ -164,6 +164,7 @@ if TYPE_CHECKING:
         latent_witness_contract,
         witness_contract,
     )
+    from witcert_calculus.schemas import Claim, Schema
     from witcert_calculus.drift.changepoint import EDetector
     from witcert_calculus.drift.eprocess import (
         EProcess,
@@ -331,6 +332,8 @@ _LAZY: dict[str, str] = {
     "tv_tanh_max": "witcert_calculus.meters.tv_forms",
     "tv_two_sided": "witcert_calculus.meters.tv_forms",
     "witness_contract": "witcert_calculus.bridges",
+    "Schema": "witcert_calculus.schemas",
+    "Claim": "witcert_calculus.schemas",
     "latent_witness_contract": "witcert_calculus.bridges",
     "decompression_bridge": "witcert_calculus.bridges",
     "Fp8Format": "witcert_calculus.meters.formats",
@@ -368,6 +371,7 @@ __all__ = [
     "BudgetExceededError",
     "ByteAccount",
     "ChainSpecError",
+    "Claim",
     "Composition",
     "Contract",
     "Decision",
@@ -428,6 +432,7 @@ __all__ = [
     "RiskLedger",
     "RopeLayout",
     "Rounding",
+    "Schema",
     "SelectorMass",
     "Site",
     "SlotOwnershipError",
@@ -464,7 +469,6 @@ __all__ = [
     "certify_step",
     "chain",
     "decide_tier",
-    "declare",
     "decompression_bridge",
     "delta_local",
     "dispersion_bound_unsound",

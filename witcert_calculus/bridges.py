@@ -22,10 +22,10 @@ Main declarations:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Generic, TypeVar, cast, final
+from typing import Any, Final, Generic, TypeVar, final
 
 import numpy as np
 import numpy.typing as npt
@@ -35,7 +35,6 @@ from witcert_calculus.contracts import (
     Number,
     Transfer,
     TransferKind,
-    _proved,  # pyright: ignore[reportPrivateUsage]
 )
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import (
@@ -51,8 +50,6 @@ from witcert_calculus.metrics import (
     RecurrentStateError,
     SelectorMass,
     Site,
-    at,
-    metric_info,
 )
 from witcert_calculus.lean.theorems import (
     POOLING_L2_CALIBER,
@@ -67,6 +64,7 @@ from witcert_calculus.lean.theorems import (
     WITNESS_SOUND,
 )
 from witcert_calculus.numerics.validation import exact, float_up, positive_int
+from witcert_calculus.schemas import Claim, Schema, _builtin  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.tiers import Measurement
 
 __all__ = [
@@ -93,21 +91,113 @@ S = TypeVar("S", bound=Site)
 A = TypeVar("A", bound=Metric[Any])
 B = TypeVar("B", bound=Metric[Any])
 
+def _witness(witness_max: Fraction) -> Claim:
+    return Claim(a=0, b=witness_max)
+
+
+def _cauchy_schwarz(**norms: Fraction) -> Claim:
+    # the scale (1 for a decompression) times the largest norm of the other factor
+    return Claim(a=math.prod(norms.values(), start=Fraction(1)), b=0)
+
+
+def _saturation_line(transfer: Transfer) -> Callable[[], Claim]:
+    # The affine part is the saturation line e_out <= 1, true of every distribution; the
+    # transfer carries the informative bound.
+    return lambda: Claim(a=0, b=1, transfer=transfer)
+
+
+def _affine(eps0: Fraction) -> Claim:
+    # the slope exp(2 eps0), evaluated with 50 digits and rounded upward
+    slope = Fraction(Transfer(TransferKind.EXP_TV)(float(eps0)) * 2 + 1)
+    return Claim(a=Fraction(math.nextafter(float(slope), math.inf)), b=0, cap=eps0)
+
+
+def _pooled_l2(weights: tuple[Fraction, ...]) -> Claim:
+    return Claim(a=_sqrt_up(sum((w * w for w in weights), Fraction(0))), b=0)
+
+
+def _pooled_max(weights: tuple[Fraction, ...]) -> Claim:
+    return Claim(a=sum(weights, Fraction(0)), b=0)
+
+
+def _selection(m_out: Fraction, m_in: Fraction) -> Claim:
+    return Claim(a=1, b=(m_out + m_in) / 2)
+
+
+def _weights_nonnegative(weights: tuple[Fraction, ...]) -> bool:
+    return all(w >= 0 for w in weights)
+
+
+def _slopes_nonnegative(a_steps: tuple[Fraction, ...], b_steps: tuple[Fraction, ...]) -> bool:
+    return all(a >= 0 for a in a_steps)
+
+
+def _recurrence(a_steps: tuple[Fraction, ...], b_steps: tuple[Fraction, ...]) -> Claim:
+    a_tot, b_tot = Fraction(1), Fraction(0)
+    for a_t, b_t in zip(a_steps, b_steps, strict=True):
+        a_tot, b_tot = a_t * a_tot, a_t * b_tot + b_t
+    return Claim(a=a_tot, b=b_tot)
+
+
+_CS = ("s * s * (WitCert.Bridges.normSqFst l * WitCert.Bridges.normSqSnd l)",)
+_WITNESS = ("p.fst ≤ 0 * e + w",)
+_EFORM = ("≤ 1 / 2 * (E.exp (2 * ε) - 1)",)
+_TANH = ("WitCert.Analytic.tanhE E ((M - m) / 4)",)
+
+#: Each public rule of this module and the schema of the theorem that proves it.
+SCHEMAS: Final[dict[str, Schema]] = {rule: _builtin(schema) for rule, schema in {
+    "witness_contract": Schema(WITNESS_SOUND, KeyResidualAbs, KeyResidualAbs, ("witness_max",),
+                               _witness, states=_WITNESS, name="storage witness"),
+    "latent_witness_contract": Schema(WITNESS_SOUND, LatentResidual, LatentResidual,
+                                      ("witness_max",), _witness, states=_WITNESS,
+                                      name="latent witness"),
+    "decompression_bridge": Schema(SCORE_BRIDGE_SOUND, LatentResidual, PerTokenMax,
+                                   ("row_norm_max",), _cauchy_schwarz, states=_CS,
+                                   name="decompression (row-wise Cauchy-Schwarz)"),
+    "score_bridge": Schema(SCORE_BRIDGE_SOUND, KeyResidualAbs, LogitLinf,
+                           ("scale", "q_norm_max"), _cauchy_schwarz, states=_CS,
+                           name="score bridge"),
+    "softmax_tv_eform": Schema(SOFTMAX_TV_EFORM_SOUND, LogitLinf, AttentionTV, (),
+                               _saturation_line(Transfer(TransferKind.EXP_TV)), states=_EFORM,
+                               name="softmax->TV (e-form)"),
+    "selector_mass_eform": Schema(SOFTMAX_TV_EFORM_SOUND, LogitLinf, SelectorMass, (),
+                                  _saturation_line(Transfer(TransferKind.EXP_TV)),
+                                  states=_EFORM, name="selector scores->mass (e-form)"),
+    # osc <= 2 eps, so tanh(osc / 4) <= tanh(eps / 2)
+    "softmax_tv_tanh": Schema(SOFTMAX_TV_TANH_SOUND, LogitLinf, AttentionTV, (),
+                              _saturation_line(Transfer(TransferKind.TANH, Fraction(1, 2))),
+                              states=_TANH, name="softmax->TV (tanh)"),
+    "softmax_tv_tanh_osc": Schema(SOFTMAX_TV_TANH_SOUND, LogitOsc, AttentionTV, (),
+                                  _saturation_line(Transfer(TransferKind.TANH, Fraction(1, 4))),
+                                  states=_TANH, name="softmax->TV (tanh osc)"),
+    "softmax_tv_affine": Schema(SOFTMAX_TV_AFFINE_SOUND, LogitLinf, AttentionTV, ("eps0",),
+                                _affine, states=("≤ E.exp (2 * ε₀) * ε", "ε ≤ ε₀"),
+                                name="softmax->TV (affine)"),
+    "pooling.l2": Schema(POOLING_L2_CALIBER, PerTokenL2, PooledError, ("weights",),
+                         _pooled_l2, premises=(
+                             ("w >= 0", _weights_nonnegative),),
+                         states=("WitCert.Bridges.dot l * WitCert.Bridges.dot l ≤ "
+                                 "WitCert.Bridges.normSqFst l * WitCert.Bridges.normSqSnd l",),
+                         name="pooling (l2 caliber)"),
+    "pooling.max": Schema(POOLING_MAX_CALIBER, PerTokenMax, PooledError, ("weights",),
+                          _pooled_max, premises=(
+                              ("w >= 0", _weights_nonnegative),),
+                          states=("≤ (List.map Prod.fst l).sum * M",),
+                          name="pooling (max caliber)"),
+    "rank_prefix_selection": Schema(RANK_PREFIX_SELECTION_SOUND, AttentionTV, AttentionTV,
+                                    ("m_out", "m_in"), _selection,
+                                    states=("≤ (mOut + mIn) / 2 + WitCert.Bridges.tv common",),
+                                    name="rank-prefix selection"),
+    "recurrence": Schema(RECURRENCE_COMP_SOUND, RecurrentStateError, RecurrentStateError,
+                         ("a_steps", "b_steps"), _recurrence, premises=(
+                             ("a_t >= 0 for every step", _slopes_nonnegative),),
+                         states=("WitCert.Bridges.recurrenceCoeffs (1, 0)",),
+                         name="recurrence"),
+}.items()}
+
 THEOREMS: dict[str, str] = {
-    "witness_contract": WITNESS_SOUND,
-    "latent_witness_contract": WITNESS_SOUND,
-    "decompression_bridge": SCORE_BRIDGE_SOUND,
-    "score_bridge": SCORE_BRIDGE_SOUND,
-    "softmax_tv_eform": SOFTMAX_TV_EFORM_SOUND,
-    "selector_mass_eform": SOFTMAX_TV_EFORM_SOUND,
-    "softmax_tv_tanh": SOFTMAX_TV_TANH_SOUND,
-    "softmax_tv_tanh_osc": SOFTMAX_TV_TANH_SOUND,
-    "softmax_tv_affine": SOFTMAX_TV_AFFINE_SOUND,
-    "pooling.l2": POOLING_L2_CALIBER,
-    "pooling.max": POOLING_MAX_CALIBER,
-    "rank_prefix_selection": RANK_PREFIX_SELECTION_SOUND,
+    **{rule: schema.theorem for rule, schema in SCHEMAS.items()},
     "rank_prefix_stable": RANK_PREFIX_STABLE,
-    "recurrence": RECURRENCE_COMP_SOUND,
 }
 """Each public rule of this module and the Lean theorem that proves it."""
 
@@ -130,9 +220,7 @@ def witness_contract(site: type[S], *, witness_max: Number
         >>> witness_contract(AtConsume, witness_max=0.02).b
         Fraction(5764607523034235, 288230376151711744)
     """
-    w = exact(witness_max, "witness_max")
-    m = cast("type[KeyResidualAbs[S]]", at(KeyResidualAbs, site))
-    return _proved(m, m, a=0, b=w, theorem=THEOREMS["witness_contract"], name="storage witness")
+    return SCHEMAS["witness_contract"].issue(site, witness_max=exact(witness_max, "witness_max"))
 
 
 def latent_witness_contract(site: type[S], *, witness_max: Number
@@ -149,10 +237,8 @@ def latent_witness_contract(site: type[S], *, witness_max: Number
         >>> float(latent_witness_contract(AtConsume, witness_max=0.5).b)
         0.5
     """
-    w = exact(witness_max, "witness_max")
-    m = cast("type[LatentResidual[S]]", at(LatentResidual, site))
-    return _proved(m, m, a=0, b=w, theorem=THEOREMS["latent_witness_contract"],
-                   name="latent witness")
+    return SCHEMAS["latent_witness_contract"].issue(
+        site, witness_max=exact(witness_max, "witness_max"))
 
 
 def decompression_bridge(site: type[S], *, row_norm_max: Number
@@ -173,11 +259,8 @@ def decompression_bridge(site: type[S], *, row_norm_max: Number
         >>> float(decompression_bridge(AtConsume, row_norm_max=2).a)
         2.0
     """
-    r = exact(row_norm_max, "row_norm_max")
-    return _proved(cast("type[LatentResidual[S]]", at(LatentResidual, site)),
-                   cast("type[PerTokenMax[S]]", at(PerTokenMax, site)), a=r, b=0,
-                   theorem=THEOREMS["decompression_bridge"],
-                   name="decompression (row-wise Cauchy-Schwarz)")
+    return SCHEMAS["decompression_bridge"].issue(
+        site, row_norm_max=exact(row_norm_max, "row_norm_max"))
 
 
 def score_bridge(site: type[S], *, scale: Number, q_norm_max: Number
@@ -202,20 +285,8 @@ def score_bridge(site: type[S], *, scale: Number, q_norm_max: Number
     sc = exact(scale, "scale")
     if sc == 0:
         raise InvalidValueError("scale", scale, "must be > 0")
-    q = exact(q_norm_max, "q_norm_max")
-    return _proved(cast("type[KeyResidualAbs[S]]", at(KeyResidualAbs, site)),
-                    cast("type[LogitLinf[S]]", at(LogitLinf, site)), a=sc * q, b=0,
-                    theorem=THEOREMS["score_bridge"], name="score bridge")
-
-
-def _tv_bridge(rule: str, m_in: type[A], m_out: type[B], transfer: Transfer,
-               name: str) -> Contract[A, B]:
-    sat = metric_info(m_out).saturation
-    assert sat is not None  # both target metrics saturate at 1
-    # The affine part is the saturation line e_out <= 1, true of every distribution;
-    # the transfer carries the informative bound.
-    return _proved(m_in, m_out, a=0, b=sat, theorem=THEOREMS[rule], name=name,
-                   transfer=transfer)
+    return SCHEMAS["score_bridge"].issue(site, scale=sc,
+                                         q_norm_max=exact(q_norm_max, "q_norm_max"))
 
 
 def softmax_tv_eform(site: type[S]) -> Contract[LogitLinf[S], AttentionTV[S]]:
@@ -231,9 +302,7 @@ def softmax_tv_eform(site: type[S]) -> Contract[LogitLinf[S], AttentionTV[S]]:
         >>> round(softmax_tv_eform(AtConsume).bound(0.05).value, 6)
         0.052585
     """
-    return _tv_bridge("softmax_tv_eform", cast("type[LogitLinf[S]]", at(LogitLinf, site)),
-                      cast("type[AttentionTV[S]]", at(AttentionTV, site)),
-                      Transfer(TransferKind.EXP_TV), "softmax->TV (e-form)")
+    return SCHEMAS["softmax_tv_eform"].issue(site)
 
 
 def selector_mass_eform(site: type[S]) -> Contract[LogitLinf[S], SelectorMass[S]]:
@@ -244,9 +313,7 @@ def selector_mass_eform(site: type[S]) -> Contract[LogitLinf[S], SelectorMass[S]
 
     Lean: ``WitCert.Analytic.softmax_tv_eform_sound``.
     """
-    return _tv_bridge("selector_mass_eform", cast("type[LogitLinf[S]]", at(LogitLinf, site)),
-                      cast("type[SelectorMass[S]]", at(SelectorMass, site)),
-                      Transfer(TransferKind.EXP_TV), "selector scores->mass (e-form)")
+    return SCHEMAS["selector_mass_eform"].issue(site)
 
 
 def softmax_tv_tanh(site: type[S]) -> Contract[LogitLinf[S], AttentionTV[S]]:
@@ -259,9 +326,7 @@ def softmax_tv_tanh(site: type[S]) -> Contract[LogitLinf[S], AttentionTV[S]]:
         >>> round(softmax_tv_tanh(AtConsume).bound(0.05).value, 6)
         0.024995
     """
-    return _tv_bridge("softmax_tv_tanh", cast("type[LogitLinf[S]]", at(LogitLinf, site)),
-                      cast("type[AttentionTV[S]]", at(AttentionTV, site)),
-                      Transfer(TransferKind.TANH, Fraction(1, 2)), "softmax->TV (tanh)")
+    return SCHEMAS["softmax_tv_tanh"].issue(site)
 
 
 def softmax_tv_tanh_osc(site: type[S]) -> Contract[LogitOsc[S], AttentionTV[S]]:
@@ -269,9 +334,7 @@ def softmax_tv_tanh_osc(site: type[S]) -> Contract[LogitOsc[S], AttentionTV[S]]:
 
     Lean: ``WitCert.Analytic.softmax_tv_tanh_sound``.
     """
-    return _tv_bridge("softmax_tv_tanh_osc", cast("type[LogitOsc[S]]", at(LogitOsc, site)),
-                      cast("type[AttentionTV[S]]", at(AttentionTV, site)),
-                      Transfer(TransferKind.TANH, Fraction(1, 4)), "softmax->TV (tanh osc)")
+    return SCHEMAS["softmax_tv_tanh_osc"].issue(site)
 
 
 def softmax_tv_affine(site: type[S], *, eps0: Number) -> Contract[LogitLinf[S], AttentionTV[S]]:
@@ -287,12 +350,7 @@ def softmax_tv_affine(site: type[S], *, eps0: Number) -> Contract[LogitLinf[S], 
         >>> c.tier.name, c.subset
         ('PARTIALLY_CERTIFIED', 'e_in <= 0.1 (exactly 3602879701896397/36028797018963968)')
     """
-    e0 = exact(eps0, "eps0")
-    slope = Fraction(Transfer(TransferKind.EXP_TV)(float(e0)) * 2 + 1)
-    slope = Fraction(math.nextafter(float(slope), math.inf))
-    return _proved(cast("type[LogitLinf[S]]", at(LogitLinf, site)),
-                    cast("type[AttentionTV[S]]", at(AttentionTV, site)), a=slope, b=0, cap=e0,
-                    theorem=THEOREMS["softmax_tv_affine"], name="softmax->TV (affine)")
+    return SCHEMAS["softmax_tv_affine"].issue(site, eps0=exact(eps0, "eps0"))
 
 
 def empirical_ratio_bridge(m_in: type[A], m_out: type[B], *, ratio: Number, samples: int,
@@ -383,16 +441,9 @@ def pooling(site: type[S], *, weights: Sequence[float] | npt.NDArray[np.floating
         >>> float(p.max.a), round(float(p.l2.a), 6)
         (1.0, 0.612372)
     """
-    ws = _weights(weights)
-    l2 = _sqrt_up(sum((w * w for w in ws), Fraction(0)))
-    l1 = sum(ws, Fraction(0))
-    premise = ("w >= 0", all(w >= 0 for w in ws))
-    out = cast("type[PooledError[S]]", at(PooledError, site))
-    c_l2 = _proved(cast("type[PerTokenL2[S]]", at(PerTokenL2, site)), out, a=l2, b=0,
-                    theorem=THEOREMS["pooling.l2"], premises=(premise,), name="pooling (l2 caliber)")
-    c_max = _proved(cast("type[PerTokenMax[S]]", at(PerTokenMax, site)), out, a=l1, b=0,
-                     theorem=THEOREMS["pooling.max"], premises=(premise,), name="pooling (max caliber)")
-    return Pooling(l2=c_l2, max=c_max)
+    ws = tuple(_weights(weights))
+    return Pooling(l2=SCHEMAS["pooling.l2"].issue(site, weights=ws),
+                   max=SCHEMAS["pooling.max"].issue(site, weights=ws))
 
 
 def rank_prefix_selection(site: type[S], *, m_out: Number, m_in: Number
@@ -414,11 +465,9 @@ def rank_prefix_selection(site: type[S], *, m_out: Number, m_in: Number
         >>> float(rank_prefix_selection(AtConsume, m_out=0.02, m_in=0.01).b)
         0.015
     """
-    mo = exact(m_out, "m_out", upper=Fraction(1))
-    mi = exact(m_in, "m_in", upper=Fraction(1))
-    m = cast("type[AttentionTV[S]]", at(AttentionTV, site))
-    return _proved(m, m, a=1, b=(mo + mi) / 2, theorem=THEOREMS["rank_prefix_selection"],
-                    name="rank-prefix selection")
+    return SCHEMAS["rank_prefix_selection"].issue(
+        site, m_out=exact(m_out, "m_out", upper=Fraction(1)),
+        m_in=exact(m_in, "m_in", upper=Fraction(1)))
 
 
 @final
@@ -523,12 +572,8 @@ def recurrence(site: type[S], *, a_steps: npt.ArrayLike, b_steps: npt.ArrayLike 
         raise InvalidValueError("b_steps", b_steps, f"must have {a_arr.size} entries like a_steps")
     a_ex = [exact(v, f"a_steps[{i}]") for i, v in enumerate(a_arr.tolist())]
     b_ex = [exact(v, f"b_steps[{i}]") for i, v in enumerate(b_arr.tolist())]
-    a_tot, b_tot = Fraction(1), Fraction(0)
-    for a_t, b_t in zip(a_ex, b_ex, strict=True):
-        a_tot, b_tot = a_t * a_tot, a_t * b_tot + b_t
-    m = cast("type[RecurrentStateError[S]]", at(RecurrentStateError, site))
-    contract = _proved(m, m, a=a_tot, b=b_tot, theorem=THEOREMS["recurrence"],
-                        name=f"recurrence over {a_arr.size} steps")
+    contract = SCHEMAS["recurrence"].issue(site, a_steps=tuple(a_ex), b_steps=tuple(b_ex),
+                                           name=f"recurrence over {a_arr.size} steps")
     mean_a = float(a_arr.mean())
     with np.errstate(divide="ignore"):
         logs = np.log(a_arr)

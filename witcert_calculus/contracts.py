@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final, Generic, NoReturn, TypeVar, cast, final, overload
@@ -52,7 +52,7 @@ from witcert_calculus.errors import (
     RegimeMismatchError,
 )
 from witcert_calculus.lean.modelling import ModellingStep, modelling_of
-from witcert_calculus.lean.theorems import ADD_SOUND, BUILTIN_ORIGIN, ID_SOUND, lookup
+from witcert_calculus.lean.theorems import ADD_SOUND, ID_SOUND, lookup
 from witcert_calculus.metrics import Metric, check_value, metric_info, metric_name, same_metric
 from witcert_calculus.tiers import (
     Assumption,
@@ -82,7 +82,6 @@ __all__ = [
     "Transfer",
     "TransferKind",
     "chain",
-    "declare",
     "identity",
 ]
 
@@ -518,7 +517,7 @@ def _claim(m_in: object, m_out: object, a: Fraction, b: Fraction, delta: Fractio
 
 def _check_claim(proof: Proof, claim: tuple[object, ...]) -> None:
     """Refuse a proof issued for another claim than ``claim``, naming the first field."""
-    if proof.claim == claim:
+    if proof.claim[:len(claim)] == claim:
         return
     if not proof.claim or proof.claim[0] != "contract":
         raise EvidenceMismatchError(proof.theorem, "claim", claim[1:], proof.claim or
@@ -531,67 +530,25 @@ def _check_claim(proof: Proof, claim: tuple[object, ...]) -> None:
 def _proved(m_in: type[In], m_out: type[Out], *, a: Number, b: Number, theorem: str,
             name: str, premises: Iterable[tuple[str, bool]] = (), delta: Number = 0,
             cap: Number | None = None, transfer: Transfer | None = None,
-            assumptions: tuple[Assumption, ...] = (), subset: str = "") -> Contract[In, Out]:
-    """A contract proved by ``theorem`` on premises the calling code computed.
+            assumptions: tuple[Assumption, ...] = (), subset: str = "",
+            params: str = "") -> Contract[In, Out]:
+    """A contract proved by ``theorem`` on premises the calling code computed (the issuer
+    of :meth:`witcert_calculus.schemas.Schema.issue`).
 
     The proof is issued for exactly this contract's claim (metrics, coefficients, delta,
-    domain, transfer); with ``assumptions`` or a ``subset`` it is restricted by them."""
+    domain, transfer; ``params``: the schema's parameters, as shown by ``explain()``); with
+    ``assumptions`` or a ``subset`` it is restricted by them."""
     metric_info(m_in)
     metric_info(m_out)
     claim = _claim(m_in, m_out, exact(a, "a"), exact(b, "b"),
                    exact(delta, "delta", upper=Fraction(1), strict_upper=True),
                    None if cap is None else exact(cap, "cap"), transfer)
-    proof = _proof(theorem, tuple(_premise(s, h) for s, h in premises), claim)
+    proof = _proof(theorem, tuple(_premise(s, h) for s, h in premises),
+                   (*claim, params) if params else claim)
     evidence: Proof | Restricted = Restricted(proof, subset, assumptions) \
         if assumptions or subset else proof
     return Contract(m_in, m_out, a=a, b=b, evidence=evidence, name=name, delta=delta,
                     cap=cap, transfer=transfer)
-
-
-def declare(m_in: type[In], m_out: type[Out], *, theorem: str, a: Number, b: Number,
-            name: str, premises: Mapping[str, Callable[[], bool]] | None = None,
-            delta: Number = 0, cap: Number | None = None,
-            transfer: Transfer | None = None) -> Contract[In, Out]:
-    """A contract of your own, proved by a theorem of your own registered Lean export.
-
-    Each premise is a statement with a checker: a function of no arguments that computes
-    whether the premise holds for this contract's arguments (it is called here, once). The
-    proof is issued for exactly this contract's claim. A theorem of the shipped export is
-    refused: those certify only the claims the library's bridges and meters compute.
-
-    Args:
-        m_in / m_out: the metrics, with their sites.
-        theorem: a theorem of an export registered with
-            :func:`~witcert_calculus.lean.theorems.register_theorems`.
-        a / b / name / delta / cap / transfer: as for :class:`Contract`.
-        premises: ``{statement: checker}``.
-
-    Raises:
-        UnknownTheoremError: if no registered export holds ``theorem``.
-        InvalidValueError: if ``theorem`` is one of the shipped export's (the library
-            issues those), or a checker returns something other than a ``bool``.
-        PremiseError: if a checker returns ``False``.
-
-    Example (``docs/formal/README.md`` registers an export first):
-        ``declare(KeyResidualAbs[AtConsume], LogitLinf[AtConsume], theorem="MyProj.bound",
-        a=0.5, b=0, name="mine", premises={"scale > 0": lambda: scale > 0})``
-    """
-    record = lookup(theorem)
-    if record.origin == BUILTIN_ORIGIN:
-        raise InvalidValueError("theorem", theorem, "is a theorem of the shipped export: "
-                                "the library's bridges and meters issue its proofs")
-    checked: list[tuple[str, bool]] = []
-    for statement, checker in (premises or {}).items():
-        if not callable(checker):
-            raise InvalidValueError(f"premises[{statement!r}]", checker,
-                                    "must be a function computing the premise's truth")
-        truth = checker()
-        if not isinstance(truth, bool):
-            raise InvalidValueError(f"premises[{statement!r}]", truth,
-                                    "the checker must return a bool")
-        checked.append((statement, truth))
-    return _proved(m_in, m_out, a=a, b=b, theorem=theorem, name=name, premises=checked,
-                   delta=delta, cap=cap, transfer=transfer)
 
 
 def _restore(stages: tuple[Stage, ...]) -> Contract[Any, Any]:
@@ -631,12 +588,18 @@ def _fmt(value: Fraction) -> str:
 
 def _describe(e: Evidence) -> str:
     if isinstance(e, Proof):
-        return f"Lean {_cite(e.theorem)}"
+        return f"Lean {_cite(e.theorem)}{_params(e)}"
     if isinstance(e, Restricted):
-        return f"Lean {_cite(e.proof.theorem)} on {e.subset}"
+        return f"Lean {_cite(e.proof.theorem)}{_params(e.proof)} on {e.subset}"
     if isinstance(e, Measurement):
         return f"measured: {e.description} (n={e.samples})"
     return f"composition by Lean {_cite(e.theorem)}"
+
+
+def _params(proof: Proof) -> str:
+    """The schema parameters a contract's proof was issued for, when it names them."""
+    extra = proof.claim[1 + len(_CLAIM_FIELDS):]
+    return f" with {extra[0]}" if extra else ""
 
 
 def _cite(theorem: str) -> str:
@@ -695,6 +658,7 @@ def identity(metric: type[M]) -> Contract[M, M]:
         >>> identity(AttentionTV[AtConsume]).a
         Fraction(1, 1)
     """
+    # the claim of witcert_calculus.schemas.IDENTITY (that module builds on this one)
     c = _proved(metric, metric, a=1, b=0, theorem=ID_SOUND, name="identity")
     stage = c._stages[0]  # pyright: ignore[reportPrivateUsage]
     marked = Stage(stage.name, stage.m_in, stage.m_out, stage.a, stage.b, stage.delta, stage.cap,

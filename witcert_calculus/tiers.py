@@ -134,10 +134,10 @@ def _sealed(kind: str, value: object, seal: object, parts: tuple[object, ...],
 
 _PREMISE_REASON = ("a premise comes only from the code that computed its truth (a "
                    "bridge's or meter's checker, or a checker passed to "
-                   "witcert_calculus.declare)")
+                   "witcert_calculus.Schema's premise checkers)")
 _PROOF_REASON = ("a proof is issued by the bridge, meter or contract that checked its "
-                 "premises for one claim; declare a contract of your own theorem with "
-                 "witcert_calculus.declare, or back a number with Measurement")
+                 "premises for one claim; issue a contract of your own theorem with "
+                 "witcert_calculus.Schema, or back a number with Measurement")
 
 
 @final
@@ -146,7 +146,7 @@ class Premise:
     """A premise of a theorem, stated as text, with the machine's verdict on it.
 
     Premises are issued only by the code that computed their truth (a bridge's or meter's
-    checker, or a checker passed to :func:`~witcert_calculus.contracts.declare`); one built
+    checker, or a checker of a :class:`~witcert_calculus.schemas.Schema`); one built
     by hand is refused with :class:`~witcert_calculus.errors.ForgedEvidenceError`.
 
     Attributes:
@@ -220,7 +220,7 @@ class Proof:
     """A bound proved in Lean whose premises were checked for these arguments.
 
     A proof is issued by the code that checked its premises (a bridge, a meter, a
-    contract's composition, or :func:`~witcert_calculus.contracts.declare` for a theorem of
+    contract's composition, or a :class:`~witcert_calculus.schemas.Schema` of a theorem of
     the user's own Lean export), for one claim: a contract's metrics and coefficients, or
     nothing beyond the number it backs. One built by hand or edited is refused.
 

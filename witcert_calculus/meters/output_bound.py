@@ -28,7 +28,8 @@ from typing import Final
 import numpy as np
 from numpy.typing import ArrayLike
 
-from witcert_calculus.contracts import Contract, _proved  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.contracts import Contract
+from witcert_calculus.schemas import Claim, Schema, _builtin  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import OUTPUT_ERROR_BOUND_VECTOR_SOUND
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, AttentionTV
@@ -57,6 +58,33 @@ def _sum_upper(p: F64, r: F64) -> float:
     total = np.asarray(math.fsum((p * r).tolist()))
     exact = np.asarray(not bool(((p > 0) & (r > 0)).any()))
     return float(outward(total, gamma=margin.gamma, alpha=margin.alpha, exact=exact))
+
+
+def _output_claim(value_norm_max: float, p_tilde: F64, rho: F64) -> Claim:
+    return Claim(a=2 * Fraction(value_norm_max), b=_sum_upper(p_tilde, rho))
+
+
+def _norm_nonnegative(value_norm_max: float, p_tilde: F64, rho: F64) -> bool:
+    return value_norm_max >= 0
+
+
+def _rho_nonnegative(value_norm_max: float, p_tilde: F64, rho: F64) -> bool:
+    return bool((rho >= 0).all())
+
+
+def _p_distribution(value_norm_max: float, p_tilde: F64, rho: F64) -> bool:
+    return is_distribution(p_tilde)
+
+
+#: The schema of :data:`~witcert_calculus.lean.theorems.OUTPUT_ERROR_BOUND_VECTOR_SOUND`.
+OUTPUT_ERROR: Final = _builtin(Schema(
+    OUTPUT_ERROR_BOUND_VECTOR_SOUND, AttentionTV, AttentionOutputL2,
+    ("value_norm_max", "p_tilde", "rho"), _output_claim,
+    premises=(("value_norm_max >= 0", _norm_nonnegative),
+              ("rho_t >= 0 for every token t", _rho_nonnegative),
+              ("p_tilde is a probability vector (renormalized)", _p_distribution)),
+    states=("≤ 2 * WitCert.Analytic.tv p q L * M + WitCert.Analytic.lsum (fun t => q t * ρ t) L",),
+    name="output_error", assumptions=(VALUE_NORM_ASSUMPTION, RHO_ASSUMPTION)))
 
 
 def output_error_contract(*, value_norm_max: float, p_tilde: ArrayLike, rho: ArrayLike
@@ -90,14 +118,7 @@ def output_error_contract(*, value_norm_max: float, p_tilde: ArrayLike, rho: Arr
     if r.shape != p.shape:
         raise InvalidValueError("rho", f"array of shape {r.shape}",
                                 f"must have the shape of p_tilde {p.shape}")
-    b = _sum_upper(p, r)
-    return _proved(AttentionTV[AtConsume], AttentionOutputL2[AtConsume],
-                   a=2 * Fraction(vmax), b=b, theorem=OUTPUT_ERROR_BOUND_VECTOR_SOUND,
-                   premises=(("value_norm_max >= 0", vmax >= 0),
-                             ("rho_t >= 0 for every token t", bool((r >= 0).all())),
-                             ("p_tilde is a probability vector (renormalized)",
-                              is_distribution(p))),
-                   assumptions=(VALUE_NORM_ASSUMPTION, RHO_ASSUMPTION), name="output_error")
+    return OUTPUT_ERROR.issue(AtConsume, value_norm_max=vmax, p_tilde=p, rho=r)
 
 
 def output_error_bound(tv: float, *, value_norm_max: float, p_tilde: ArrayLike,
