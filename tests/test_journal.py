@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 
 from witcert_calculus.accounting.budget import telescoping_spent
-from witcert_calculus.accounting.journal import FORMAT_VERSION
+from witcert_calculus.accounting.journal import FORMAT_VERSION, HighWaterMark, genesis_digest, \
+    row_digest
 from witcert_calculus.accounting.records import EmpiricalPolicy
 from witcert_calculus.contracts import Reading, Regime
-from witcert_calculus.errors import JournalError, SlotOwnershipError
+from witcert_calculus.errors import JournalError, SlotOwnershipError, TokenReusedError
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
-from witcert_calculus.tiers import Measurement, Proof, Restricted
+from witcert_calculus.tiers import Measurement, Proof, Restricted, Tier
 from reference.issued import proof, reading
 
 TV = AttentionTV[AtConsume]
@@ -130,13 +131,20 @@ def test_tampered_journal_refuses_to_replay(tmp_path: Path) -> None:
                           ).fetchone()
         con.execute("UPDATE events SET payload=? WHERE seq=?",
                     (row[1].replace('"1/600"', '"1/300"'), row[0]))
+    with pytest.raises(JournalError, match="event 3 fails its digest"):
+        RiskLedger(journal=path)  # the chain catches the edit
+    _reseal(path)
     with pytest.raises(JournalError, match="is not the allowance 1/600"):
-        RiskLedger(journal=path)
+        RiskLedger(journal=path)  # and the replay rules a resealed one
     with sqlite3.connect(path) as con:  # a duplicated event (applied twice) is refused too
         con.execute("UPDATE events SET payload=replace(payload, '\"1/300\"', '\"1/600\"')")
-        con.execute("INSERT INTO events (op, payload, data) SELECT op, payload, data FROM events "
-                    "WHERE op='admit' ORDER BY seq DESC LIMIT 1")
-    with pytest.raises(JournalError, match="applied twice"):
+        con.execute("INSERT INTO events (seq, op, payload, data, prev, digest) SELECT seq + 1, "
+                    "op, payload, data, prev, digest FROM events WHERE op='admit' "
+                    "ORDER BY seq DESC LIMIT 1")
+    with pytest.raises(JournalError, match="event [34] fails its digest"):
+        RiskLedger(journal=path)
+    _reseal(path)
+    with pytest.raises(JournalError, match=r"event 4 \(admit\) does not replay: .*applied twice"):
         RiskLedger(journal=path)
 
 
@@ -186,6 +194,25 @@ def test_two_ledgers_on_one_journal_respect_slot_ownership(tmp_path: Path) -> No
     again.close()
 
 
+def _reseal(path: Path) -> None:
+    """Recompute the hash chain and the high-water mark after an edit, as a deliberate
+    rewrite would (the chain carries no secret): what is left to catch it are the replay
+    rules."""
+    with sqlite3.connect(path) as con:
+        meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+        prev = genesis_digest(meta["journal_id"], int(meta["n_slots"]))
+        rows = con.execute("SELECT seq, op, payload, data, token FROM events ORDER BY seq"
+                           ).fetchall()
+        seq = 0
+        for seq, op, payload, data, token in rows:
+            digest = row_digest(prev, seq, op, payload, bytes(data or b""), token)
+            con.execute("UPDATE events SET prev=?, digest=? WHERE seq=?", (prev, digest, seq))
+            prev = digest
+    mark = HighWaterMark(f"{path}.mark", meta["journal_id"])
+    mark.rewrite(seq, prev)
+    mark.close()
+
+
 def _tamper(path: Path, op: str, data: bytes | None = None, payload: str | None = None,
             nth: int = -1) -> None:
     with sqlite3.connect(path) as con:
@@ -194,6 +221,7 @@ def _tamper(path: Path, op: str, data: bytes | None = None, payload: str | None 
         seq, old = rows[nth]
         con.execute("UPDATE events SET data=coalesce(?, data), payload=? WHERE seq=?",
                     (data, payload if payload is not None else old, seq))
+    _reseal(path)
 
 
 def test_replay_refuses_a_write_or_eviction_of_another_requests_slot(tmp_path: Path) -> None:
@@ -244,10 +272,10 @@ def test_replay_refuses_a_close_that_does_not_release_exactly_its_slots(tmp_path
 def test_journal_of_another_format_refuses_to_open(tmp_path: Path) -> None:
     path = tmp_path / "j.sqlite"
     RiskLedger(journal=path).close()
-    assert FORMAT_VERSION == 2
+    assert FORMAT_VERSION == 3
     with sqlite3.connect(path) as con:
-        con.execute("UPDATE meta SET value='1' WHERE key='format'")
-    with pytest.raises(JournalError, match="format '1', expected 2"):
+        con.execute("UPDATE meta SET value='2' WHERE key='format'")
+    with pytest.raises(JournalError, match="format '2', expected 3"):
         RiskLedger(journal=path)
 
 
@@ -386,3 +414,123 @@ def test_sigkill_crash_loses_nothing_acknowledged(tmp_path: Path) -> None:
     proc.join(timeout=300)
     assert proc.exitcode == 0
     _complete(path, ack_path)
+
+
+# ----------------------------------------------------------------- integrity and durability
+
+
+def _degraded_journal(path: Path) -> RiskLedger:
+    led = RiskLedger(journal=path)
+    r = led.open_request(delta_req="1/100")
+    led.admit(r, reading(TV, 0.01, evidence=PROOF))
+    led.admit(r, reading(TV, 0.2, evidence=Measurement("probe", samples=3),
+                         regime=Regime.MEASURED), on_empirical=EmpiricalPolicy.DEGRADE)
+    return led
+
+
+def test_an_edited_admission_never_changes_the_verdict(tmp_path: Path) -> None:
+    """Reproducer: editing one admission's cap (EMPIRICAL -> CERTIFIED) in the file used to
+    reopen as a CERTIFIED verdict with empirical_degraded=1; now it is a JournalError naming
+    the event."""
+    path = tmp_path / "j.sqlite"
+    led = _degraded_journal(path)
+    assert led.verdict(1).tier is Tier.EMPIRICAL
+    led.close()
+    with sqlite3.connect(path) as con:
+        (payload,) = con.execute("SELECT payload FROM events WHERE seq=3").fetchone()
+        assert '"cap": 1' in payload
+        con.execute("UPDATE events SET payload=? WHERE seq=3",
+                    (payload.replace('"cap": 1', '"cap": 3'),))
+    with pytest.raises(JournalError, match="event 3") as info:
+        RiskLedger(journal=path)
+    assert info.value.seq == 3
+
+
+def test_a_resealed_edit_is_refused_by_the_replay_rules(tmp_path: Path) -> None:
+    """An edit whose chain was recomputed (the chain has no secret) still meets the replay
+    rules: an empirical admission that does not cap the verdict at EMPIRICAL is refused."""
+    path = tmp_path / "j.sqlite"
+    _degraded_journal(path).close()
+    with sqlite3.connect(path) as con:
+        (payload,) = con.execute("SELECT payload FROM events WHERE seq=3").fetchone()
+        con.execute("UPDATE events SET payload=? WHERE seq=3",
+                    (payload.replace('"cap": 1', '"cap": 3'),))
+    _reseal(path)
+    with pytest.raises(JournalError, match=r"event 3 \(admit\).*empirical_degraded.*caps the "
+                                           r"verdict at CERTIFIED") as info:
+        RiskLedger(journal=path)
+    assert info.value.seq == 3
+
+
+def _wal_crash_copy(tmp_path: Path, n_events: int) -> tuple[Path, int]:
+    """A journal as a crash leaves it: events committed to the WAL, never checkpointed."""
+    live = tmp_path / "live"
+    live.mkdir()
+    path = live / "j.sqlite"
+    led = RiskLedger(journal=path)
+    r = led.open_request(delta_req="1/100")
+    for _ in range(n_events - 1):
+        led.admit(r, reading(TV, 0.01, evidence=PROOF))
+    seq = led.applied_seq
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    for f in live.iterdir():  # the files as they are on disk while the writer runs
+        (crash / f.name).write_bytes(f.read_bytes())
+    led.close()
+    return crash / "j.sqlite", seq
+
+
+def test_a_damaged_wal_never_reopens_with_fewer_events(tmp_path: Path) -> None:
+    """Reproducer: a crash before checkpoint, then a damaged WAL, used to reopen silently at
+    seq 11 of 25; now the high-water mark beside the database refuses it."""
+    path, acked = _wal_crash_copy(tmp_path, 25)
+    assert acked == 25
+    wal = Path(f"{path}-wal")
+    assert wal.stat().st_size > 0
+    intact = tmp_path / "intact"
+    intact.mkdir()
+    for f in path.parent.iterdir():
+        (intact / f.name).write_bytes(f.read_bytes())
+    led = RiskLedger(journal=intact / "j.sqlite")  # the undamaged copy replays everything
+    assert led.applied_seq == 25
+    led.close()
+    data = bytearray(wal.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a frame in the middle: SQLite stops reading the WAL there
+    wal.write_bytes(bytes(data))
+    with pytest.raises(JournalError, match="high-water mark") as info:
+        RiskLedger(journal=path)
+    assert info.value.seq == 25
+
+
+def test_a_truncated_database_never_reopens_with_fewer_events(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(journal=path)
+    r = led.open_request(delta_req="1/100")
+    for _ in range(9):
+        led.admit(r, reading(TV, 0.01, evidence=PROOF))
+    led.close()
+    with sqlite3.connect(path) as con:  # the tail lost: the last four events
+        con.execute("DELETE FROM events WHERE seq > 6")
+    with pytest.raises(JournalError, match="high-water mark") as info:
+        RiskLedger(journal=path)
+    assert info.value.seq == 10
+
+
+def test_idempotency_tokens_are_scoped_to_their_request(tmp_path: Path) -> None:
+    """Reproducer: admit(r3, c, token="t") then admit(r2, c, token="t") used to return r3's
+    acknowledgement and record nothing for r2."""
+    led = RiskLedger(journal=tmp_path / "j.sqlite")
+    r1, r2, r3 = (led.open_request(delta_req="1/100") for _ in range(3))
+    cert = reading(TV, 0.01, evidence=PROOF)
+    first = led.admit(r3, cert, token="t")
+    assert led.admit(r3, cert, token="t") == first  # a retry on the same request
+    with pytest.raises(TokenReusedError, match=r"token 't'.*request 3.*request 2") as info:
+        led.admit(r2, cert, token="t")
+    assert (info.value.token, info.value.request_id, info.value.recorded_request_id) == (
+        "t", r2, r3)
+    with pytest.raises(TokenReusedError):
+        led.admit_next(r1, lambda a: cert, token="t")
+    with pytest.raises(TokenReusedError):
+        led.admit_entries(r2, [0.01], threshold=0.1, metric=TV, evidence=PROOF, token="t")
+    assert led.verdict(r2).counts.total == 0 and led.verdict(r1).counts.total == 0
+    led.close()

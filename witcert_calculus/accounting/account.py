@@ -100,6 +100,28 @@ def _allowance_index(delta: Fraction, budget: Fraction) -> int | None:
     return k - 1 if k >= 1 and k * (k + 1) == q.numerator else None
 
 
+def _check_cap(charge: Admit, request_id: int, where: str) -> None:
+    # The cap an admission puts on the verdict follows from its kind (the rules of propose):
+    # a replayed event whose cap does not is refused, never allowed to change a verdict.
+    kind, cap = charge.kind, charge.cap
+    if kind is EventKind.EMPIRICAL_DEGRADED:
+        rule = "EMPIRICAL" if cap is not Tier.EMPIRICAL else None
+    elif kind is EventKind.EMPIRICAL_FALLBACK:
+        rule = "CERTIFIED (a fallback takes the exact path)" if cap is not Tier.CERTIFIED \
+            else None
+    elif charge.saturated != (charge.tier is Tier.SATURATED):
+        rule = f"saturated={charge.tier is Tier.SATURATED} for a reading of tier {charge.tier.name}"
+    elif charge.saturated:
+        rule = "PARTIALLY_CERTIFIED (a saturated certificate)" \
+            if cap is not Tier.PARTIALLY_CERTIFIED else None
+    else:
+        rule = "CERTIFIED or PARTIALLY_CERTIFIED" \
+            if cap not in (Tier.CERTIFIED, Tier.PARTIALLY_CERTIFIED) else None
+    if rule is not None:
+        raise JournalError(where, f"request {request_id}: a {kind.value} admission caps the "
+                           f"verdict at {cap.name}; the admission rules give {rule}")
+
+
 @final
 class Account:
     """The state of one request's account.
@@ -220,6 +242,7 @@ class Account:
         """
         charge = event.charge if isinstance(event, AdmitEntries) else event
         kind, charged = charge.kind, charge.charged
+        _check_cap(charge, self.request_id, where)
         if charge.ordinal != self.ordinal:
             raise JournalError(where, f"request {self.request_id}: event ordinal "
                                f"{charge.ordinal} applied at ordinal {self.ordinal} "

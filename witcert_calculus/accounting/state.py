@@ -37,7 +37,7 @@ from witcert_calculus.accounting.account import Accounts, EntryBatch
 from witcert_calculus.accounting.eventlog import Recorded
 from witcert_calculus.contracts import Reading
 from witcert_calculus.drift.eprocess import EProcess, EProcessState, Sentinels
-from witcert_calculus.errors import InvalidValueError, JournalError
+from witcert_calculus.errors import InvalidValueError, JournalError, TokenReusedError
 from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.accounting.events import (
     AddSentinel,
@@ -110,6 +110,17 @@ class LedgerState:
         """The acknowledgement recorded under an idempotency token, or ``None``."""
         return self._tokens.get(token)
 
+    def _recorded(self, request_id: object, token: str | None) -> Recorded[Admission] | None:
+        # A token names one admission of one request: a retry on that request gets the
+        # recorded acknowledgement, the same token on another request is refused.
+        if token is None or token not in self._tokens:
+            return None
+        adm = self._tokens[token]
+        if request_id != adm.request_id:
+            rid = self._accounts.get(request_id).request_id  # an int id ever opened
+            raise TokenReusedError(token, rid, adm.request_id)
+        return Recorded(adm)
+
     def stats(self, *, events: int) -> LedgerStats:
         """Aggregates over all requests, the slot table and the sentinels.
 
@@ -160,8 +171,9 @@ class LedgerState:
             BudgetExceededError, AllowanceMovedError, InvalidValueError: as
                 :meth:`~witcert_calculus.accounting.account.Account.propose`.
         """
-        if token is not None and token in self._tokens:
-            return Recorded(self._tokens[token])
+        recorded = self._recorded(request_id, token)
+        if recorded is not None:
+            return recorded
         return self._accounts.open_account(request_id).propose(reading, policy, token=token)
 
     def admit_next_event(self, request_id: int, reading: Callable[[Fraction], Reading[Any]],
@@ -186,8 +198,9 @@ class LedgerState:
             BudgetExceededError, AllowanceMovedError: as
                 :meth:`~witcert_calculus.accounting.account.Account.propose`.
         """
-        if token is not None and token in self._tokens:
-            return Recorded(self._tokens[token])
+        recorded = self._recorded(request_id, token)
+        if recorded is not None:
+            return recorded
         acct = self._accounts.open_account(request_id)
         built: object = reading(acct.allowance)
         if not isinstance(built, Reading):
@@ -213,8 +226,9 @@ class LedgerState:
             BudgetExceededError, AllowanceMovedError, InvalidValueError: as
                 :meth:`~witcert_calculus.accounting.account.Account.propose`.
         """
-        if token is not None and token in self._tokens:
-            return Recorded(self._tokens[token])
+        recorded = self._recorded(request_id, token)
+        if recorded is not None:
+            return recorded
         acct = self._accounts.open_account(request_id)
         if batch.slots is not None:
             self._slots.check_writable(acct.request_id, batch.slots, "write")
@@ -283,6 +297,10 @@ class LedgerState:
         w = ev.write if isinstance(ev, AdmitEntries) else None
         write = None if w is None else partial(self._slots.apply_write, self._key,
                                                acct.request_id, w.slots, w.keep, w.bounds)
+        if charge.token is not None and charge.token in self._tokens:
+            first = self._tokens[charge.token].request_id
+            raise JournalError(where, f"request {acct.request_id}: idempotency token "
+                               f"{charge.token!r} was already recorded for request {first}")
         adm = acct.apply(ev, where=where, before=write)
         if adm.token is not None:
             self._tokens[adm.token] = adm
