@@ -534,3 +534,69 @@ def test_idempotency_tokens_are_scoped_to_their_request(tmp_path: Path) -> None:
         led.admit_entries(r2, [0.01], threshold=0.1, metric=TV, evidence=PROOF, token="t")
     assert led.verdict(r2).counts.total == 0 and led.verdict(r1).counts.total == 0
     led.close()
+
+
+def _small_journal(path: Path) -> RiskLedger:
+    led = RiskLedger(n_slots=8, journal=path)
+    led.add_sentinel("drift", delta=0.01)
+    a = led.open_request(delta_req="1/100")
+    b = led.open_request(delta_req="1/140")
+    led.admit(a, reading(TV, 0.01, evidence=PROOF, delta=led.next_allowance(a)), token="a0")
+    led.admit(a, reading(TV, 0.01, evidence=Restricted(PROOF, subset="e_in <= 0.5")))
+    led.admit(b, reading(TV, 0.2, evidence=Measurement("probe", samples=3),
+                         regime=Regime.MEASURED), on_empirical=EmpiricalPolicy.DEGRADE)
+    led.admit(b, reading(TV, 0.2, evidence=Measurement("probe", samples=3),
+                         regime=Regime.MEASURED), token="b1")
+    led.admit_entries(a, [0.01, 0.5, 0.02], threshold=0.05, metric=TV, evidence=PROOF,
+                      slots=[0, 1, 2], delta=led.next_allowance(a), token="a2")
+    led.admit_entries(b, [0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[5])
+    led.evict(a, [1])
+    led.observe("drift", [0.2, 0.7], m=0.5, c=1.0)
+    c = led.open_request(delta_req="1/7")
+    led.admit(c, reading(TV, 0.01, evidence=PROOF), token="c0")
+    led.close_request(c)
+    return led
+
+
+def _full_state(led: RiskLedger) -> tuple[Any, ...]:
+    return (_state(led), led.applied_seq,
+            tuple(led.admission(t) for t in ("a0", "b1", "a2", "c0")))
+
+
+def test_every_flipped_byte_is_refused_or_changes_nothing(tmp_path: Path) -> None:
+    """Flip single bytes of a small journal (a sample of >= 500 positions of the database and
+    every byte of its mark): each reopens with a JournalError or to exactly the state before."""
+    path = tmp_path / "j.sqlite"
+    led = _small_journal(path)
+    expected = _full_state(led)
+    led.close()
+    db, mark = path.read_bytes(), Path(f"{path}.mark").read_bytes()
+    assert not Path(f"{path}-wal").exists()  # checkpointed on close: one file holds all
+    rng = np.random.default_rng(7)
+    positions = [("db", int(p)) for p in rng.choice(len(db), size=min(len(db), 1000),
+                                                      replace=False)]
+    positions += [("mark", p) for p in range(len(mark))]
+    outcomes = {"refused": 0, "unchanged": 0}
+    work = tmp_path / "flip"
+    for which, pos in positions:
+        if work.exists():
+            for f in work.iterdir():
+                f.unlink()
+        else:
+            work.mkdir()
+        d, m = bytearray(db), bytearray(mark)
+        (d if which == "db" else m)[pos] ^= 0xFF
+        (work / "j.sqlite").write_bytes(bytes(d))
+        (work / "j.sqlite.mark").write_bytes(bytes(m))
+        try:
+            again = RiskLedger(n_slots=8, journal=work / "j.sqlite")
+        except JournalError:
+            outcomes["refused"] += 1
+            continue
+        try:
+            got = _full_state(again)
+        finally:
+            again.close()
+        assert got == expected, f"a flipped byte at {which}[{pos}] changed the state silently"
+        outcomes["unchanged"] += 1
+    assert outcomes["refused"] > 50 and sum(outcomes.values()) == len(positions) >= 500

@@ -120,6 +120,9 @@ CREATE TABLE IF NOT EXISTS events (
 
 _SYNC_EXTRA = 3  # PRAGMA synchronous value of EXTRA
 
+# What reading a damaged file can raise: SQLite's errors, and text that is not UTF-8.
+_DB_ERRORS = (sqlite3.Error, ValueError)
+
 
 def _encode(value: object) -> object:
     # Exact text for fractions; enums by value (IntEnums are already ints for json).
@@ -360,7 +363,7 @@ class Journal:
         try:
             self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
                                          check_same_thread=False)
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise JournalError(self.path, f"cannot open: {exc}") from exc
         try:
             self._open(n_slots, busy_timeout_s)
@@ -378,7 +381,7 @@ class Journal:
             sync = self._conn.execute("PRAGMA synchronous").fetchone()[0]
             if sync != _SYNC_EXTRA:
                 raise JournalError(self.path, f"cannot set synchronous=EXTRA (got {sync!r})")
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise JournalError(self.path, f"cannot open: {exc}") from exc
         journal_id = self._init_schema(n_slots)
         self._genesis = genesis_digest(journal_id, n_slots)
@@ -397,7 +400,7 @@ class Journal:
                     rows = {"format": str(FORMAT_VERSION), "n_slots": str(n_slots),
                             "journal_id": secrets.token_hex(16)}
                     self._conn.executemany("INSERT INTO meta VALUES (?, ?)", rows.items())
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise JournalError(self.path, f"cannot initialise: {exc}") from exc
         if rows.get("format") != str(FORMAT_VERSION):
             raise JournalError(self.path, f"format {rows.get('format')!r}, expected "
@@ -417,8 +420,10 @@ class Journal:
             last = self._conn.execute("SELECT MAX(seq) FROM events").fetchone()[0] or 0
             at = None if mark is None else self._conn.execute(
                 "SELECT digest FROM events WHERE seq=?", (mark[0],)).fetchone()
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise JournalError(self.path, f"cannot read events: {exc}") from exc
+        if not isinstance(last, int) or (at is not None and not isinstance(at[0], bytes)):
+            raise JournalError(self.path, f"has a malformed events table (last seq {last!r})")
         if mark is None:
             if last:
                 raise JournalError(self.path, f"holds events up to {last} but its high-water "
@@ -451,7 +456,7 @@ class Journal:
                 return
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
+            except _DB_ERRORS as exc:
                 raise JournalError(self.path, f"cannot begin a write transaction: {exc}") from exc
             self._in_tx = True
             self._pending = None
@@ -462,17 +467,17 @@ class Journal:
                 self._pending = None
                 try:
                     self._conn.execute("ROLLBACK")
-                except sqlite3.Error:
+                except _DB_ERRORS:
                     pass
                 raise
             self._in_tx = False
             pending, self._pending = self._pending, None
             try:
                 self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
+            except _DB_ERRORS as exc:
                 try:
                     self._conn.execute("ROLLBACK")
-                except sqlite3.Error:
+                except _DB_ERRORS:
                     pass
                 raise JournalError(self.path, f"commit failed, event not recorded: {exc}") from exc
             if pending is not None:
@@ -505,7 +510,7 @@ class Journal:
                 self._conn.execute(
                     "INSERT INTO events (seq, op, payload, data, token, prev, digest) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)", (seq, op, text, data, token, prev, digest))
-            except sqlite3.Error as exc:
+            except _DB_ERRORS as exc:
                 raise JournalError(self.path, f"cannot append {op!r}: {exc}", seq=seq) from exc
             self._pending = (seq, digest)
             return seq
@@ -534,12 +539,15 @@ class Journal:
                 rows = self._conn.execute(
                     "SELECT seq, op, payload, data, token, prev, digest FROM events "
                     "WHERE seq > ? ORDER BY seq", (seq,)).fetchall()
-            except sqlite3.Error as exc:
+            except _DB_ERRORS as exc:
                 raise JournalError(self.path, f"cannot read events: {exc}", seq=seq + 1) from exc
             out: list[JournalRow] = []
             expect = seq
             for s, op, payload, data, token, row_prev, digest in rows:
                 expect += 1
+                if not isinstance(s, int):
+                    raise JournalError(self.path, f"event {expect} has a malformed row",
+                                       seq=expect)
                 if s != expect:
                     raise JournalError(self.path, f"event {expect} is missing (the next row is "
                                        f"{s})", seq=expect)
