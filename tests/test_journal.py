@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
 import signal
 import sqlite3
 import time
@@ -600,3 +601,77 @@ def test_every_flipped_byte_is_refused_or_changes_nothing(tmp_path: Path) -> Non
         assert got == expected, f"a flipped byte at {which}[{pos}] changed the state silently"
         outcomes["unchanged"] += 1
     assert outcomes["refused"] > 50 and sum(outcomes.values()) == len(positions) >= 500
+
+
+def _ack_writer(path: str, fd_out: int, epoch: int) -> None:
+    """Child: admit in a loop; after each admission returns, write its seq to the pipe."""
+    led = RiskLedger(journal=path)
+    cert = reading(TV, 0.01, evidence=PROOF)
+    i = 0
+    while True:
+        tok = f"{epoch}:{i}"
+        if i % 3 == 2:
+            adm = led.admit_next(1, lambda a: reading(TV, 0.01, evidence=PROOF, delta=a),
+                                 token=tok)
+        else:
+            adm = led.admit(1, cert, token=tok)
+        os.write(fd_out, f"{led.applied_seq} {tok} {adm.ordinal} {adm.spent}\n".encode())
+        i += 1
+
+
+def _read_lines(fd: int, buf: bytearray, want: int, deadline: float) -> bool:
+    """Read the pipe into ``buf`` until it holds ``want`` complete lines; whether EOF came."""
+    while buf.count(b"\n") < want:
+        if time.monotonic() > deadline:
+            raise AssertionError("the writer stopped acknowledging")
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return True
+            buf += chunk
+    return False
+
+
+def test_sigkill_loses_no_acknowledged_event(tmp_path: Path) -> None:
+    """>= 50 kill -9 of a child that admits in a loop and writes each acknowledged seq to a
+    pipe: after every kill the journal reopens (no JournalError) with every acknowledged event,
+    as acknowledged; an event acknowledged is one whose admit returned."""
+    path = tmp_path / "j.sqlite"
+    setup = RiskLedger(journal=path)
+    setup.open_request(delta_req="1/100")
+    setup.close()
+    ctx = multiprocessing.get_context("fork")
+    rng = np.random.default_rng(5)
+    acked: dict[str, tuple[int, int, str]] = {}
+    deadline = time.monotonic() + 120
+    kills = 0
+    for epoch in range(60):
+        r, w = os.pipe()
+        proc = ctx.Process(target=_ack_writer, args=(str(path), w, epoch))
+        proc.start()
+        os.close(w)
+        buf = bytearray()
+        try:
+            eof = _read_lines(r, buf, int(rng.integers(1, 12)), deadline)
+            assert not eof, "the writer died before it was killed"
+            time.sleep(float(rng.uniform(0.0, 0.004)))  # land anywhere in the next admission
+            assert proc.pid is not None
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join()
+            assert proc.exitcode == -signal.SIGKILL
+            kills += 1
+            assert _read_lines(r, buf, 1 << 30, deadline)  # to EOF: every ack written before
+        finally:
+            os.close(r)
+        for line in buf.decode().split("\n")[:-1]:  # complete lines only
+            seq, tok, ordinal, spent = line.split()
+            acked[tok] = (int(seq), int(ordinal), spent)
+        led = RiskLedger(journal=path)  # never refuses: nothing acknowledged is missing
+        for tok, (seq, ordinal, spent) in acked.items():
+            adm = led.admission(tok)
+            assert adm is not None, f"acknowledged event {seq} ({tok}) lost after kill {kills}"
+            assert (adm.ordinal, str(adm.spent)) == (ordinal, spent)
+        assert led.applied_seq >= max(s for s, _, _ in acked.values())
+        led.close()
+    assert kills >= 50 and len(acked) >= kills
