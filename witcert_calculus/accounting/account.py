@@ -75,6 +75,8 @@ from witcert_calculus.accounting.records import (
     EventCounts,
     EventKind,
     Verdict,
+    certified_by_evidence,
+    verdict_reason,
 )
 from witcert_calculus.accounting.slots import SlotTable
 from witcert_calculus.lean.theorems import ENTRY_FALLBACK_SOUND
@@ -143,8 +145,8 @@ class Account:
         (Fraction(0, 1), Fraction(1, 200))
     """
 
-    __slots__ = ("_saturated", "_tally", "allowance", "budget", "closed", "entries",
-                 "entries_kept", "ordinal", "request_id", "spent", "steps", "tier",
+    __slots__ = ("_cap", "_saturated", "_tally", "allowance", "budget", "closed", "entries",
+                 "entries_kept", "ordinal", "request_id", "spent", "steps",
                  "vacuous_steps", "worst_step_bound")
 
     def __init__(self, request_id: int, budget: Probability) -> None:
@@ -155,7 +157,7 @@ class Account:
         self.ordinal = 0
         self._tally = dict.fromkeys(EventKind, 0)
         self._saturated = 0
-        self.tier = Tier.CERTIFIED
+        self._cap = Tier.CERTIFIED  # the weakest cap of the admissions so far
         self.entries = 0
         self.entries_kept = 0
         self.steps = 0
@@ -277,7 +279,7 @@ class Account:
         if charge.saturated and kind in _CERTIFICATES:
             self._saturated += 1
         self.spent = spent
-        self.tier = weakest(self.tier, charge.cap)
+        self._cap = weakest(self._cap, charge.cap)
         ordinal = self.ordinal
         self.ordinal += 1
         return Admission(request_id=self.request_id, ordinal=ordinal, kind=kind,
@@ -285,6 +287,12 @@ class Account:
                          else Decision.USE,
                          tier=charge.tier, charged=charged, spent=spent,
                          prob_index=prob_index, token=charge.token)
+
+    @property
+    def tier(self) -> Tier:
+        """The verdict's tier: the weakest cap of the admissions, and ``EMPIRICAL`` without a
+        certificate (no evidence, no certificate)."""
+        return certified_by_evidence(self._cap, self.counts)
 
     @property
     def counts(self) -> EventCounts:
@@ -302,15 +310,18 @@ class Account:
         return self.spent / self.budget.exact
 
     def verdict(self) -> Verdict:
-        """The account's verdict now."""
+        """The account's verdict now (below ``CERTIFIED``, with the reason)."""
+        counts = self.counts
+        tier = certified_by_evidence(self._cap, counts)
         return Verdict(
-            request_id=self.request_id, tier=self.tier, delta_req=self.budget.exact,
+            request_id=self.request_id, tier=tier, delta_req=self.budget.exact,
             spent=self.spent, counts=self.counts, entries=self.entries,
             entries_kept=self.entries_kept,
             retained_fraction=None if self.entries == 0 else Fraction(self.entries_kept,
                                                                       self.entries),
             steps=self.steps, vacuous_steps=self.vacuous_steps,
-            worst_step_bound=self.worst_step_bound, closed=self.closed)
+            worst_step_bound=self.worst_step_bound, closed=self.closed,
+            reason=verdict_reason(tier, counts, vacuous_steps=self.vacuous_steps))
 
 
 @final
