@@ -413,3 +413,30 @@ def test_merge_refuses_budget_shares_that_differ(tmp_path: Path) -> None:
 
     with pytest.raises(JournalError, match="budget shares differ"):
         merge_journals(paths, n_slots=0)
+
+
+def test_one_rank_no_evidence_no_certificate(one_rank: None) -> None:
+    """A fleet request with no step, or with steps no rank certified, is not CERTIFIED, as
+    its local ledger says; one certified step is evidence."""
+    from witcert_calculus.tiers import Measurement
+
+    fleet = FleetLedger(HeadShard(0, 2, 2))
+    for r in (1, 2, 3):
+        fleet.open_request(r, delta_req="1/100")
+    empty = fleet.close_request(1)
+    assert empty.tier is Tier.EMPIRICAL and empty.complete
+    assert empty.verdict.reason is not None and "no evidence" in empty.verdict.reason
+    assert fleet.local.verdict(1).tier is Tier.EMPIRICAL
+    probe = Measurement("probe", samples=1)
+    fleet.step([2], torch.tensor([[0.01, 0.02]]), threshold=TAU, metric=TV, evidence=probe)
+    only = fleet.close_request(2)
+    assert only.tier is Tier.EMPIRICAL and only.verdict.counts.empirical_fallback == 1
+    assert only.verdict.counts.deterministic == 0
+    assert only.verdict.reason is not None and "no evidence" in only.verdict.reason
+    assert fleet.local.verdict(2).tier is Tier.EMPIRICAL
+    fleet.step([3], torch.tensor([[0.01, 0.02]]), threshold=TAU, metric=TV, evidence=probe)
+    fleet.step([3], torch.tensor([[0.01, 0.02]]), threshold=TAU, metric=TV, evidence=PROOF)
+    done = fleet.close_request(3)
+    assert done.tier is Tier.CERTIFIED and done.verdict.reason is None
+    assert fleet.local.verdict(3).tier is Tier.CERTIFIED
+    fleet.close()

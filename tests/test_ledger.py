@@ -567,6 +567,7 @@ def test_a_request_with_only_empirical_fallbacks_is_not_certified() -> None:
     assert v.reason == ("no evidence: 4 empirical fallbacks (exact path) and no certificate "
                         "were admitted")
     assert dict(led.stats().open_by_tier)[Tier.EMPIRICAL] == 1  # the stats agree
+    assert v.cap is Tier.CERTIFIED  # what the admissions alone allow: a fleet reduces it
     led.admit(r, cert())  # one certificate is evidence: fallbacks took the exact path
     v = led.verdict(r)
     assert v.tier is Tier.CERTIFIED and v.reason is None

@@ -9,8 +9,10 @@ on CPU, NCCL where present), with one collective per step for all requests of th
 once (an ``all_gather`` of every rank's rows, reduced identically on every rank):
 
 - per-request meter maxima (max), any-of gates (some entry fell back, some rank's step
-  bound was vacuous), coverage counts (entries kept and offered; sums) and the weakest
-  local verdict tier (min);
+  bound was vacuous), coverage counts (entries kept and offered; sums), the ranks that
+  admitted no certificate (sums) and the weakest local cap (min;
+  :attr:`~witcert_calculus.accounting.records.Verdict.cap`: the no-evidence rule is applied
+  to the fleet's own counts, so one certified step after empirical ones is evidence);
 - agreement checks (min and max): the request ids of the step, and each request's count
   of probabilistic events.
 
@@ -361,7 +363,7 @@ class FleetLedger:
                        int(used and ea.certification.vacuous),
                        int(ea.admission.kind not in _CERTIFICATES))
             nprob = v.counts.probabilistic
-            maxes[j] = (float(bn[j].max()) if bn.shape[1] else 0.0, -float(int(v.tier)),
+            maxes[j] = (float(bn[j].max()) if bn.shape[1] else 0.0, -float(int(v.cap)),
                         float(nprob), -float(nprob), float(r), -float(r),
                         float(ea.certification.step_bound) if used else 0.0)
         # One collective per step: every rank's rows (counts are exact in float64 below 2**53).

@@ -242,6 +242,19 @@ class Verdict:
                                     "(see verdict_reason)")
 
     @property
+    def cap(self) -> Tier:
+        """The weakest cap of the admissions alone, before the no-evidence rule.
+
+        What a later certificate would leave the tier at: ``CERTIFIED`` for a request
+        with no admission or only empirical fallbacks (whose ``tier`` is ``EMPIRICAL``
+        for want of evidence), else :attr:`tier`. A fleet reduces it over its ranks.
+        """
+        c = self.counts
+        if c.deterministic + c.probabilistic + c.empirical_degraded == 0:
+            return Tier.CERTIFIED
+        return self.tier
+
+    @property
     def remaining(self) -> Fraction:
         """``delta_req - spent`` (always > 0)."""
         return self.delta_req - self.spent
