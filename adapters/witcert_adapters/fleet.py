@@ -472,6 +472,7 @@ class FleetLedger:
         counts = EventCounts.of({EventKind.DETERMINISTIC: t.n_det,
                                  EventKind.PROBABILISTIC: t.n_prob,
                                  EventKind.EMPIRICAL_FALLBACK: t.n_empirical})
+        reason: str | None
         if self._broken is not None:
             tier, reason = Tier.EMPIRICAL, f"the fleet failed closed: {self._broken}"
         else:  # no evidence, no certificate, as for one process's ledger

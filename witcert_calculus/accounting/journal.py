@@ -76,7 +76,7 @@ from collections.abc import Generator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, final
+from typing import Any, cast, final
 
 try:  # POSIX: the mark is shared by processes under an advisory lock
     import fcntl
@@ -471,7 +471,7 @@ class Journal:
                     pass
                 raise
             self._in_tx = False
-            pending, self._pending = self._pending, None
+            pending: tuple[int, bytes] | None = self._take_pending()
             try:
                 self._conn.execute("COMMIT")
             except _DB_ERRORS as exc:
@@ -485,6 +485,11 @@ class Journal:
                 self._tip = pending
                 if self._mark is not None:
                     self._mark.advance(*pending)
+
+    def _take_pending(self) -> tuple[int, bytes] | None:
+        # The last row appended in this transaction, if any (cleared for the next one).
+        pending, self._pending = self._pending, None
+        return pending
 
     def append(self, op: str, payload: dict[str, Any], data: bytes = b"",
                token: str | None = None) -> int:
@@ -567,7 +572,8 @@ class Journal:
                                        seq=s) from exc
                 if not isinstance(decoded, dict):
                     raise JournalError(self.path, f"event {s} does not decode to fields", seq=s)
-                out.append(JournalRow(seq=s, op=op, payload=decoded, data=blob, token=token,
+                fields = cast("dict[str, Any]", decoded)
+                out.append(JournalRow(seq=s, op=op, payload=fields, data=blob, token=token,
                                       digest=digest))
                 prev = digest
             if out and out[-1].seq > self._tip[0]:
