@@ -235,17 +235,26 @@ def test_replay_refuses_a_write_or_eviction_of_another_requests_slot(tmp_path: P
     led.evict(b, [1])
     led.close()
     slot0 = np.array([0], dtype="<i8").tobytes()
-    _tamper(path, "evict", data=slot0)  # b's eviction now names a's slot
+    with sqlite3.connect(path) as con:  # slots as <i8, then their generations
+        (evicted,) = con.execute("SELECT data FROM events WHERE op='evict'").fetchone()
+    assert evicted == np.array([1, 1], dtype="<i8").tobytes()
+    _tamper(path, "evict", data=slot0 + evicted[8:])  # b's eviction now names a's slot
     with pytest.raises(JournalError, match=r"event 5 \(evict\) does not replay: request 2 may "
                                            r"not evict slot 0: it is owned by request 1"):
         RiskLedger(n_slots=4, journal=path)
-    _tamper(path, "evict", data=np.array([1], dtype="<i8").tobytes())
+    _tamper(path, "evict", data=evicted)
     RiskLedger(n_slots=4, journal=path).close()  # restored: it replays again
     with sqlite3.connect(path) as con:  # b's write (slots first, as <i8) now names a's slot
         (data,) = con.execute("SELECT data FROM events WHERE op='entries' ORDER BY seq DESC"
                               ).fetchone()
     assert data[:8] == np.array([1], dtype="<i8").tobytes()
-    _tamper(path, "entries", data=slot0 + data[8:])
+    _tamper(path, "entries", data=slot0 + data[8:])  # its recorded generation is slot 1's
+    with pytest.raises(JournalError, match=r"event 4 \(entries\) does not replay: request 2: its "
+                                           r"write names slot 0 at generation 0, but the slot "
+                                           r"is at generation 1"):
+        RiskLedger(n_slots=4, journal=path)
+    one = np.array([1], dtype="<i8").tobytes()  # and with slot 0's generation, its owner
+    _tamper(path, "entries", data=slot0 + data[8:-8] + one)
     with pytest.raises(JournalError, match=r"event 4 \(entries\) does not replay: request 2 may "
                                            r"not write slot 0"):
         RiskLedger(n_slots=4, journal=path)
@@ -262,9 +271,9 @@ def test_replay_refuses_a_close_that_does_not_release_exactly_its_slots(tmp_path
     led.close()
     with sqlite3.connect(path) as con:
         (data,) = con.execute("SELECT data FROM events WHERE op='close'").fetchone()
-    assert np.frombuffer(data, dtype="<i8").tolist() == [0, 2]
+    assert np.frombuffer(data, dtype="<i8").tolist() == [0, 2, 1, 1]  # slots, generations
     for bad in ([0], [0, 1, 2], []):
-        _tamper(path, "close", data=np.array(bad, dtype="<i8").tobytes())
+        _tamper(path, "close", data=np.array(bad + [1] * len(bad), dtype="<i8").tobytes())
         with pytest.raises(JournalError, match=r"request 1: its close releases slots .* but "
                                                r"it owns slots \[0, 2\]"):
             RiskLedger(n_slots=4, journal=path)
@@ -675,3 +684,27 @@ def test_sigkill_loses_no_acknowledged_event(tmp_path: Path) -> None:
         assert led.applied_seq >= max(s for s, _, _ in acked.values())
         led.close()
     assert kills >= 50 and len(acked) >= kills
+
+
+def test_replay_checks_the_generations_a_slot_event_recorded(tmp_path: Path) -> None:
+    """A write, an eviction and a close record the generations of their slots; a resealed
+    edit of one is refused naming the slot and both generations."""
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(n_slots=4, journal=path)
+    a = led.open_request(delta_req="1/100")
+    led.admit_entries(a, [0.01, 0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[0, 1])
+    led.admit_entries(a, [0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[1])
+    led.evict(a, [1])
+    led.close()
+    with sqlite3.connect(path) as con:
+        (data,) = con.execute("SELECT data FROM events WHERE op='evict'").fetchone()
+    assert np.frombuffer(data, dtype="<i8").tolist() == [1, 2]  # slot 1, written twice
+    _tamper(path, "evict", data=np.array([1, 1], dtype="<i8").tobytes())
+    with pytest.raises(JournalError, match=r"event 4 \(evict\) does not replay: request 1: its "
+                                           r"evict names slot 1 at generation 1, but the slot "
+                                           r"is at generation 2") as info:
+        RiskLedger(n_slots=4, journal=path)
+    assert info.value.seq == 4
+    _tamper(path, "evict", data=np.array([1], dtype="<i8").tobytes(), payload='{"rid": 1}')
+    with pytest.raises(JournalError, match="does not record their generations"):
+        RiskLedger(n_slots=4, journal=path)

@@ -410,13 +410,15 @@ class EntryBatch:
         return cls(certification=cert, step=step, bounds=b, slots=idx)
 
     def propose(self, account: Account, policy: EmpiricalPolicy, *,
-                token: str | None) -> AdmitEntries:
+                token: str | None, gens: npt.NDArray[np.int64] | None = None) -> AdmitEntries:
         """The batch's admission event into ``account``, charged once; the account does not change.
 
         Args:
             account: the open account of the request.
             policy: what an empirical reading does (no entry is kept under fallback).
             token: the caller's idempotency token, if any.
+            gens: the generations of the batch's slots before the write (recorded
+                in the event), or ``None``.
 
         Returns:
             The event: the step reading's charge (as :meth:`Account.propose`
@@ -427,7 +429,8 @@ class EntryBatch:
                 :meth:`Account.propose`.
         """
         charge = account.propose(self.step, policy, token=token)
-        return AdmitEntries.of(charge, self.certification, slots=self.slots, bounds=self.bounds)
+        return AdmitEntries.of(charge, self.certification, slots=self.slots, bounds=self.bounds,
+                               gens=gens)
 
     def acknowledge(self, admission: Admission) -> EntryAdmission:
         """The acknowledgement of the batch, from the admission its event returned.

@@ -25,8 +25,8 @@ against the chain, so an edited, reordered, inserted or deleted row is a
 :class:`~witcert_calculus.errors.JournalError` naming its sequence number. The
 chain carries no secret: someone who rewrites rows *and* recomputes every
 digest and the mark is caught only by the replay rules (ordinals, charges
-against the opened budget, caps against the admission's kind, slot ownership,
-released slots, tokens), not by the chain.
+against the opened budget, caps against the admission's kind, slot ownership and
+generations, released slots, tokens), not by the chain.
 
 **High-water mark.** A small file beside the database (``<path>.mark``) holds
 the highest acknowledged sequence number and its digest, in two checksummed
@@ -100,8 +100,8 @@ FORMAT_VERSION = 3
 Version 2: replay enforces slot ownership (a request writes or evicts only its
 own and free slots) and a close records the slots it frees. Version 3: every
 row is chained to the previous one by its digest, sequence numbers are
-assigned by the journal (no gaps), and a high-water mark file sits beside the
-database. A journal of another version does not open: its events were made
+assigned by the journal (no gaps), a high-water mark file sits beside the
+database, and slot events record the generations of their slots. A journal of another version does not open: its events were made
 under other rules.
 """
 

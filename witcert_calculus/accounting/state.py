@@ -151,7 +151,8 @@ class LedgerState:
             UnknownRequestError: if the request is unknown or already closed.
         """
         rid = self._accounts.open_account(request_id).request_id
-        return CloseRequest(rid, self._slots.holdings(rid))
+        held = self._slots.holdings(rid)
+        return CloseRequest(rid, held, self._slots.generations(held))
 
     def admit_event(self, request_id: int, reading: Reading[Any], policy: EmpiricalPolicy, *,
                     token: str | None) -> Admit | Recorded[Admission]:
@@ -230,9 +231,11 @@ class LedgerState:
         if recorded is not None:
             return recorded
         acct = self._accounts.open_account(request_id)
+        gens = None
         if batch.slots is not None:
             self._slots.check_writable(acct.request_id, batch.slots, "write")
-        return batch.propose(acct, policy, token=token)
+            gens = self._slots.generations(batch.slots)
+        return batch.propose(acct, policy, token=token, gens=gens)
 
     def evict_event(self, request_id: int, slots: npt.NDArray[np.int64]) -> Evict:
         """The event that evicts validated ``slots`` on behalf of an open request.
@@ -243,7 +246,7 @@ class LedgerState:
         """
         rid = self._accounts.open_account(request_id).request_id
         self._slots.check_writable(rid, slots, "evict")
-        return Evict(rid, slots)
+        return Evict(rid, slots, self._slots.generations(slots))
 
     def sentinel_event(self, name: str, proto: EProcess) -> AddSentinel:
         """The event that creates sentinel ``name`` with the parameters of ``proto``.
@@ -264,6 +267,20 @@ class LedgerState:
         return Observe(name, batch)
 
     # ------------------------------------------------------------------ apply (live and replay)
+
+    def _check_gens(self, request_id: int, action: str, slots: npt.NDArray[np.int64],
+                    gens: npt.NDArray[np.int64] | None, where: str) -> None:
+        # A slot event names the generations it was built against; a replayed one that does
+        # not match the table (or names none) is refused before anything changes.
+        if gens is None or gens.shape != slots.shape:
+            raise JournalError(where, f"request {request_id}: its {action} of slots "
+                               f"{slots.tolist()} does not record their generations")
+        now = self._slots.generations(slots)
+        if not np.array_equal(now, gens):
+            k = int(np.argmax(now != gens))
+            raise JournalError(where, f"request {request_id}: its {action} names slot "
+                               f"{int(slots[k])} at generation {int(gens[k])}, but the slot is "
+                               f"at generation {int(now[k])}")
 
     def apply(self, ev: Event) -> None:
         """Apply an event of any kind (a replayed one).
@@ -295,6 +312,8 @@ class LedgerState:
         where = self._where()
         acct = self._accounts.live(charge.request_id, where=where)
         w = ev.write if isinstance(ev, AdmitEntries) else None
+        if w is not None:
+            self._check_gens(acct.request_id, "write", w.slots, w.gens, where)
         write = None if w is None else partial(self._slots.apply_write, self._key,
                                                acct.request_id, w.slots, w.keep, w.bounds)
         if charge.token is not None and charge.token in self._tokens:
@@ -313,12 +332,14 @@ class LedgerState:
         if not np.array_equal(np.sort(ev.slots), owned):
             raise JournalError(self._where(), f"request {acct.request_id}: its close releases "
                                f"slots {ev.slots.tolist()} but it owns slots {owned.tolist()}")
+        self._check_gens(acct.request_id, "close", ev.slots, ev.gens, self._where())
         self._slots.apply_evict(self._key, acct.request_id, owned)
         return acct.close()
 
     def apply_evict(self, ev: Evict) -> None:
         """Return the event's slots to ``UNWRITTEN``."""
         self._accounts.live(ev.request_id, where=self._where())
+        self._check_gens(ev.request_id, "evict", ev.slots, ev.gens, self._where())
         self._slots.apply_evict(self._key, ev.request_id, ev.slots)
 
     def apply_sentinel(self, ev: AddSentinel) -> None:
