@@ -10,8 +10,10 @@ idempotency token, the slot table and the named drift sentinels
 change:
 
 - its ``*_event`` methods build an event and validate it against the state,
-  changing nothing; for an idempotency token admitted before they return the
-  recorded acknowledgement (a :class:`~witcert_calculus.accounting.eventlog.Recorded`);
+  changing nothing; for an idempotency token admitted before into the same
+  request they return the recorded acknowledgement (a
+  :class:`~witcert_calculus.accounting.eventlog.Recorded`), and refuse one
+  recorded for another request (:class:`~witcert_calculus.errors.TokenReusedError`);
 - its ``apply*`` methods apply an event, live or replayed from a journal, and
   refuse with :class:`~witcert_calculus.errors.JournalError` an event that does
   not follow the state, before anything changes.
@@ -169,6 +171,7 @@ class LedgerState:
 
         Raises:
             UnknownRequestError: if the request is not open.
+            TokenReusedError: if ``token`` was recorded for another request.
             BudgetExceededError, AllowanceMovedError, InvalidValueError: as
                 :meth:`~witcert_calculus.accounting.account.Account.propose`.
         """
