@@ -708,3 +708,26 @@ def test_replay_checks_the_generations_a_slot_event_recorded(tmp_path: Path) -> 
     _tamper(path, "evict", data=np.array([1], dtype="<i8").tobytes(), payload='{"rid": 1}')
     with pytest.raises(JournalError, match="does not record their generations"):
         RiskLedger(n_slots=4, journal=path)
+
+
+def test_a_deleted_or_emptied_database_is_refused_beside_its_mark(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(journal=path)
+    led.open_request(delta_req="1/100")
+    led.close()
+    path.write_bytes(b"")  # emptied: SQLite would start a new, empty journal
+    with pytest.raises(JournalError, match="belongs to another journal that acknowledged 1 "
+                                           "events") as info:
+        RiskLedger(journal=path)
+    assert info.value.seq == 1
+    path.unlink()  # deleted: the same
+    with pytest.raises(JournalError, match="the database was replaced or emptied"):
+        RiskLedger(journal=path)
+    path.unlink()
+    Path(f"{path}.mark").unlink()  # both deleted: a fresh journal (cannot be detected)
+    fresh = RiskLedger(journal=path)
+    assert fresh.applied_seq == 0
+    fresh.close()
+    again = RiskLedger(journal=path)
+    assert again.request_ids() == ()
+    again.close()

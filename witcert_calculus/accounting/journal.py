@@ -36,7 +36,8 @@ acknowledged: a crash between the two leaves the mark one event behind the
 database, never ahead of it, so the mark never refuses a sound journal, and
 every acknowledged event is at or below it. On open, a database that holds
 fewer events than the mark (a damaged WAL that SQLite stops reading at a bad
-frame, a truncated tail) or a different event at the mark's sequence number
+frame, a truncated tail), a different event at the mark's sequence number, or
+a mark of another journal (the database was deleted, emptied or swapped)
 refuses to open. Several processes share the mark under a file lock and it
 only moves forward.
 
@@ -254,7 +255,8 @@ class HighWaterMark:
             if fcntl is not None:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def _slots(self) -> list[tuple[int, bytes]]:
+    def _slots(self, *, foreign: bool = False) -> list[tuple[int, bytes]]:
+        # The valid slots of this journal (or, with foreign=True, of any other journal).
         raw = os.pread(self._fd, 2 * _MARK_SLOT.size, 0)
         out: list[tuple[int, bytes]] = []
         for k in range(2):
@@ -262,10 +264,26 @@ class HighWaterMark:
             if len(chunk) != _MARK_SLOT.size:
                 continue
             magic, jid, seq, digest, crc = _MARK_SLOT.unpack(chunk)
-            if (magic == _MARK_MAGIC and jid == self._id and seq >= 0
+            if (magic == _MARK_MAGIC and (jid != self._id) == foreign and seq >= 0
                     and zlib.crc32(chunk[:-4]) == crc):
                 out.append((int(seq), bytes(digest)))
         return out
+
+    def foreign(self) -> int:
+        """The highest mark this file holds for *another* journal (0 if none).
+
+        A mark of another journal beside a database means the database it
+        belonged to was replaced (deleted, truncated to nothing, or swapped).
+
+        Raises:
+            JournalError: if the file cannot be read.
+        """
+        try:
+            with self._locked():
+                slots = self._slots(foreign=True)
+        except OSError as exc:
+            raise JournalError(self.path, f"cannot read the high-water mark: {exc}") from exc
+        return max(slots)[0] if slots else 0
 
     def read(self) -> tuple[int, bytes] | None:
         """The mark: ``(seq, digest)`` of the highest acknowledged event, or ``None`` if unset.
@@ -425,6 +443,12 @@ class Journal:
         if not isinstance(last, int) or (at is not None and not isinstance(at[0], bytes)):
             raise JournalError(self.path, f"has a malformed events table (last seq {last!r})")
         if mark is None:
+            replaced = self._mark.foreign()
+            if replaced:
+                raise JournalError(self.path, f"its high-water mark {self._mark.path} belongs "
+                                   f"to another journal that acknowledged {replaced} events: "
+                                   "the database was replaced or emptied (to start afresh, "
+                                   "delete the mark too)", seq=replaced)
             if last:
                 raise JournalError(self.path, f"holds events up to {last} but its high-water "
                                    f"mark {self._mark.path} is missing or unreadable; events "
