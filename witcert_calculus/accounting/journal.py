@@ -472,7 +472,10 @@ class Journal:
         After the commit, the high-water mark is raised to the last event appended.
 
         Raises:
-            JournalError: if SQLite cannot begin or commit, or the mark cannot be written.
+            JournalError: if SQLite cannot begin or commit, or the mark cannot be
+                written. In the last case the event is committed but not
+                acknowledged: it is not applied here, and the next read of the
+                journal replays it (the mark stays behind, never ahead).
         """
         with self._lock:
             if self._in_tx:
