@@ -413,3 +413,54 @@ def test_merge_refuses_budget_shares_that_differ(tmp_path: Path) -> None:
 
     with pytest.raises(JournalError, match="budget shares differ"):
         merge_journals(paths, n_slots=0)
+
+
+def test_one_rank_no_evidence_no_certificate(one_rank: None) -> None:
+    """A fleet request with no step, or with steps no rank certified, is not CERTIFIED, as
+    its local ledger says; one certified step is evidence."""
+    from witcert_calculus.tiers import Measurement
+
+    fleet = FleetLedger(HeadShard(0, 2, 2))
+    for r in (1, 2, 3):
+        fleet.open_request(r, delta_req="1/100")
+    empty = fleet.close_request(1)
+    assert empty.tier is Tier.EMPIRICAL and empty.complete
+    assert empty.verdict.reason is not None and "no evidence" in empty.verdict.reason
+    assert fleet.local.verdict(1).tier is Tier.EMPIRICAL
+    probe = Measurement("probe", samples=1)
+    fleet.step([2], torch.tensor([[0.01, 0.02]]), threshold=TAU, metric=TV, evidence=probe)
+    only = fleet.close_request(2)
+    assert only.tier is Tier.EMPIRICAL and only.verdict.counts.empirical_fallback == 1
+    assert only.verdict.counts.deterministic == 0
+    assert only.verdict.reason is not None and "no evidence" in only.verdict.reason
+    assert fleet.local.verdict(2).tier is Tier.EMPIRICAL
+    fleet.step([3], torch.tensor([[0.01, 0.02]]), threshold=TAU, metric=TV, evidence=probe)
+    fleet.step([3], torch.tensor([[0.01, 0.02]]), threshold=TAU, metric=TV, evidence=PROOF)
+    done = fleet.close_request(3)
+    assert done.tier is Tier.CERTIFIED and done.verdict.reason is None
+    assert fleet.local.verdict(3).tier is Tier.CERTIFIED
+    fleet.close()
+
+
+def test_merged_accounts_say_why_they_are_not_certified(tmp_path: Path) -> None:
+    from witcert_calculus.tiers import Measurement
+    from witcert_calculus.contracts import Regime
+
+    paths = [tmp_path / "a.sqlite", tmp_path / "b.sqlite"]
+    for k, p in enumerate(paths):
+        led = RiskLedger(journal=p)
+        led.open_request(delta_req="1/200", request_id=5)  # no reading on either rank
+        led.open_request(delta_req="1/200", request_id=6)
+        led.admit(6, reading(TV, 0.01, evidence=PROOF))
+        if k == 0:  # only rank 0 serves request 7
+            led.open_request(delta_req="1/200", request_id=7)
+            led.admit(7, reading(TV, 0.01, evidence=PROOF))
+            led.admit(5, reading(TV, 0.3, evidence=Measurement("p", samples=1),
+                                 regime=Regime.MEASURED))
+        led.close()
+    merged = {m.request_id: m for m in merge_journals(paths, n_slots=0)}
+    assert merged[6].tier is Tier.CERTIFIED and merged[6].reason is None
+    assert merged[5].tier is Tier.EMPIRICAL and merged[5].reason is not None
+    assert "rank 0: no evidence" in merged[5].reason and "rank 1: no evidence" in merged[5].reason
+    assert merged[7].tier is Tier.EMPIRICAL
+    assert merged[7].reason is not None and "ranks [1] lack the request" in merged[7].reason

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
 import signal
 import sqlite3
 import time
@@ -15,13 +16,14 @@ import numpy as np
 import pytest
 
 from witcert_calculus.accounting.budget import telescoping_spent
-from witcert_calculus.accounting.journal import FORMAT_VERSION
+from witcert_calculus.accounting.journal import FORMAT_VERSION, HighWaterMark, genesis_digest, \
+    row_digest
 from witcert_calculus.accounting.records import EmpiricalPolicy
 from witcert_calculus.contracts import Reading, Regime
-from witcert_calculus.errors import JournalError, SlotOwnershipError
+from witcert_calculus.errors import JournalError, SlotOwnershipError, TokenReusedError
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
-from witcert_calculus.tiers import Measurement, Proof, Restricted
+from witcert_calculus.tiers import Measurement, Proof, Restricted, Tier
 from reference.issued import proof, reading
 
 TV = AttentionTV[AtConsume]
@@ -130,13 +132,20 @@ def test_tampered_journal_refuses_to_replay(tmp_path: Path) -> None:
                           ).fetchone()
         con.execute("UPDATE events SET payload=? WHERE seq=?",
                     (row[1].replace('"1/600"', '"1/300"'), row[0]))
+    with pytest.raises(JournalError, match="event 3 fails its digest"):
+        RiskLedger(journal=path)  # the chain catches the edit
+    _reseal(path)
     with pytest.raises(JournalError, match="is not the allowance 1/600"):
-        RiskLedger(journal=path)
+        RiskLedger(journal=path)  # and the replay rules a resealed one
     with sqlite3.connect(path) as con:  # a duplicated event (applied twice) is refused too
         con.execute("UPDATE events SET payload=replace(payload, '\"1/300\"', '\"1/600\"')")
-        con.execute("INSERT INTO events (op, payload, data) SELECT op, payload, data FROM events "
-                    "WHERE op='admit' ORDER BY seq DESC LIMIT 1")
-    with pytest.raises(JournalError, match="applied twice"):
+        con.execute("INSERT INTO events (seq, op, payload, data, prev, digest) SELECT seq + 1, "
+                    "op, payload, data, prev, digest FROM events WHERE op='admit' "
+                    "ORDER BY seq DESC LIMIT 1")
+    with pytest.raises(JournalError, match="event [34] fails its digest"):
+        RiskLedger(journal=path)
+    _reseal(path)
+    with pytest.raises(JournalError, match=r"event 4 \(admit\) does not replay: .*applied twice"):
         RiskLedger(journal=path)
 
 
@@ -186,6 +195,25 @@ def test_two_ledgers_on_one_journal_respect_slot_ownership(tmp_path: Path) -> No
     again.close()
 
 
+def _reseal(path: Path) -> None:
+    """Recompute the hash chain and the high-water mark after an edit, as a deliberate
+    rewrite would (the chain carries no secret): what is left to catch it are the replay
+    rules."""
+    with sqlite3.connect(path) as con:
+        meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+        prev = genesis_digest(meta["journal_id"], int(meta["n_slots"]))
+        rows = con.execute("SELECT seq, op, payload, data, token FROM events ORDER BY seq"
+                           ).fetchall()
+        seq = 0
+        for seq, op, payload, data, token in rows:
+            digest = row_digest(prev, seq, op, payload, bytes(data or b""), token)
+            con.execute("UPDATE events SET prev=?, digest=? WHERE seq=?", (prev, digest, seq))
+            prev = digest
+    mark = HighWaterMark(f"{path}.mark", meta["journal_id"])
+    mark.rewrite(seq, prev)
+    mark.close()
+
+
 def _tamper(path: Path, op: str, data: bytes | None = None, payload: str | None = None,
             nth: int = -1) -> None:
     with sqlite3.connect(path) as con:
@@ -194,6 +222,7 @@ def _tamper(path: Path, op: str, data: bytes | None = None, payload: str | None 
         seq, old = rows[nth]
         con.execute("UPDATE events SET data=coalesce(?, data), payload=? WHERE seq=?",
                     (data, payload if payload is not None else old, seq))
+    _reseal(path)
 
 
 def test_replay_refuses_a_write_or_eviction_of_another_requests_slot(tmp_path: Path) -> None:
@@ -206,17 +235,26 @@ def test_replay_refuses_a_write_or_eviction_of_another_requests_slot(tmp_path: P
     led.evict(b, [1])
     led.close()
     slot0 = np.array([0], dtype="<i8").tobytes()
-    _tamper(path, "evict", data=slot0)  # b's eviction now names a's slot
+    with sqlite3.connect(path) as con:  # slots as <i8, then their generations
+        (evicted,) = con.execute("SELECT data FROM events WHERE op='evict'").fetchone()
+    assert evicted == np.array([1, 1], dtype="<i8").tobytes()
+    _tamper(path, "evict", data=slot0 + evicted[8:])  # b's eviction now names a's slot
     with pytest.raises(JournalError, match=r"event 5 \(evict\) does not replay: request 2 may "
                                            r"not evict slot 0: it is owned by request 1"):
         RiskLedger(n_slots=4, journal=path)
-    _tamper(path, "evict", data=np.array([1], dtype="<i8").tobytes())
+    _tamper(path, "evict", data=evicted)
     RiskLedger(n_slots=4, journal=path).close()  # restored: it replays again
     with sqlite3.connect(path) as con:  # b's write (slots first, as <i8) now names a's slot
         (data,) = con.execute("SELECT data FROM events WHERE op='entries' ORDER BY seq DESC"
                               ).fetchone()
     assert data[:8] == np.array([1], dtype="<i8").tobytes()
-    _tamper(path, "entries", data=slot0 + data[8:])
+    _tamper(path, "entries", data=slot0 + data[8:])  # its recorded generation is slot 1's
+    with pytest.raises(JournalError, match=r"event 4 \(entries\) does not replay: request 2: its "
+                                           r"write names slot 0 at generation 0, but the slot "
+                                           r"is at generation 1"):
+        RiskLedger(n_slots=4, journal=path)
+    one = np.array([1], dtype="<i8").tobytes()  # and with slot 0's generation, its owner
+    _tamper(path, "entries", data=slot0 + data[8:-8] + one)
     with pytest.raises(JournalError, match=r"event 4 \(entries\) does not replay: request 2 may "
                                            r"not write slot 0"):
         RiskLedger(n_slots=4, journal=path)
@@ -233,9 +271,9 @@ def test_replay_refuses_a_close_that_does_not_release_exactly_its_slots(tmp_path
     led.close()
     with sqlite3.connect(path) as con:
         (data,) = con.execute("SELECT data FROM events WHERE op='close'").fetchone()
-    assert np.frombuffer(data, dtype="<i8").tolist() == [0, 2]
+    assert np.frombuffer(data, dtype="<i8").tolist() == [0, 2, 1, 1]  # slots, generations
     for bad in ([0], [0, 1, 2], []):
-        _tamper(path, "close", data=np.array(bad, dtype="<i8").tobytes())
+        _tamper(path, "close", data=np.array(bad + [1] * len(bad), dtype="<i8").tobytes())
         with pytest.raises(JournalError, match=r"request 1: its close releases slots .* but "
                                                r"it owns slots \[0, 2\]"):
             RiskLedger(n_slots=4, journal=path)
@@ -244,10 +282,10 @@ def test_replay_refuses_a_close_that_does_not_release_exactly_its_slots(tmp_path
 def test_journal_of_another_format_refuses_to_open(tmp_path: Path) -> None:
     path = tmp_path / "j.sqlite"
     RiskLedger(journal=path).close()
-    assert FORMAT_VERSION == 2
+    assert FORMAT_VERSION == 3
     with sqlite3.connect(path) as con:
-        con.execute("UPDATE meta SET value='1' WHERE key='format'")
-    with pytest.raises(JournalError, match="format '1', expected 2"):
+        con.execute("UPDATE meta SET value='2' WHERE key='format'")
+    with pytest.raises(JournalError, match="format '2', expected 3"):
         RiskLedger(journal=path)
 
 
@@ -386,3 +424,310 @@ def test_sigkill_crash_loses_nothing_acknowledged(tmp_path: Path) -> None:
     proc.join(timeout=300)
     assert proc.exitcode == 0
     _complete(path, ack_path)
+
+
+# ----------------------------------------------------------------- integrity and durability
+
+
+def _degraded_journal(path: Path) -> RiskLedger:
+    led = RiskLedger(journal=path)
+    r = led.open_request(delta_req="1/100")
+    led.admit(r, reading(TV, 0.01, evidence=PROOF))
+    led.admit(r, reading(TV, 0.2, evidence=Measurement("probe", samples=3),
+                         regime=Regime.MEASURED), on_empirical=EmpiricalPolicy.DEGRADE)
+    return led
+
+
+def test_an_edited_admission_never_changes_the_verdict(tmp_path: Path) -> None:
+    """Reproducer: editing one admission's cap (EMPIRICAL -> CERTIFIED) in the file used to
+    reopen as a CERTIFIED verdict with empirical_degraded=1; now it is a JournalError naming
+    the event."""
+    path = tmp_path / "j.sqlite"
+    led = _degraded_journal(path)
+    assert led.verdict(1).tier is Tier.EMPIRICAL
+    led.close()
+    with sqlite3.connect(path) as con:
+        (payload,) = con.execute("SELECT payload FROM events WHERE seq=3").fetchone()
+        assert '"cap": 1' in payload
+        con.execute("UPDATE events SET payload=? WHERE seq=3",
+                    (payload.replace('"cap": 1', '"cap": 3'),))
+    with pytest.raises(JournalError, match="event 3") as info:
+        RiskLedger(journal=path)
+    assert info.value.seq == 3
+
+
+def test_a_resealed_edit_is_refused_by_the_replay_rules(tmp_path: Path) -> None:
+    """An edit whose chain was recomputed (the chain has no secret) still meets the replay
+    rules: an empirical admission that does not cap the verdict at EMPIRICAL is refused."""
+    path = tmp_path / "j.sqlite"
+    _degraded_journal(path).close()
+    with sqlite3.connect(path) as con:
+        (payload,) = con.execute("SELECT payload FROM events WHERE seq=3").fetchone()
+        con.execute("UPDATE events SET payload=? WHERE seq=3",
+                    (payload.replace('"cap": 1', '"cap": 3'),))
+    _reseal(path)
+    with pytest.raises(JournalError, match=r"event 3 \(admit\).*empirical_degraded.*caps the "
+                                           r"verdict at CERTIFIED") as info:
+        RiskLedger(journal=path)
+    assert info.value.seq == 3
+
+
+def _wal_crash_copy(tmp_path: Path, n_events: int) -> tuple[Path, int]:
+    """A journal as a crash leaves it: events committed to the WAL, never checkpointed."""
+    live = tmp_path / "live"
+    live.mkdir()
+    path = live / "j.sqlite"
+    led = RiskLedger(journal=path)
+    r = led.open_request(delta_req="1/100")
+    for _ in range(n_events - 1):
+        led.admit(r, reading(TV, 0.01, evidence=PROOF))
+    seq = led.applied_seq
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    for f in live.iterdir():  # the files as they are on disk while the writer runs
+        (crash / f.name).write_bytes(f.read_bytes())
+    led.close()
+    return crash / "j.sqlite", seq
+
+
+def test_a_damaged_wal_never_reopens_with_fewer_events(tmp_path: Path) -> None:
+    """Reproducer: a crash before checkpoint, then a damaged WAL, used to reopen silently at
+    seq 11 of 25; now the high-water mark beside the database refuses it."""
+    path, acked = _wal_crash_copy(tmp_path, 25)
+    assert acked == 25
+    wal = Path(f"{path}-wal")
+    assert wal.stat().st_size > 0
+    intact = tmp_path / "intact"
+    intact.mkdir()
+    for f in path.parent.iterdir():
+        (intact / f.name).write_bytes(f.read_bytes())
+    led = RiskLedger(journal=intact / "j.sqlite")  # the undamaged copy replays everything
+    assert led.applied_seq == 25
+    led.close()
+    data = bytearray(wal.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a frame in the middle: SQLite stops reading the WAL there
+    wal.write_bytes(bytes(data))
+    with pytest.raises(JournalError, match="high-water mark") as info:
+        RiskLedger(journal=path)
+    assert info.value.seq == 25
+
+
+def test_a_truncated_database_never_reopens_with_fewer_events(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(journal=path)
+    r = led.open_request(delta_req="1/100")
+    for _ in range(9):
+        led.admit(r, reading(TV, 0.01, evidence=PROOF))
+    led.close()
+    with sqlite3.connect(path) as con:  # the tail lost: the last four events
+        con.execute("DELETE FROM events WHERE seq > 6")
+    with pytest.raises(JournalError, match="high-water mark") as info:
+        RiskLedger(journal=path)
+    assert info.value.seq == 10
+
+
+def test_idempotency_tokens_are_scoped_to_their_request(tmp_path: Path) -> None:
+    """Reproducer: admit(r3, c, token="t") then admit(r2, c, token="t") used to return r3's
+    acknowledgement and record nothing for r2."""
+    led = RiskLedger(journal=tmp_path / "j.sqlite")
+    r1, r2, r3 = (led.open_request(delta_req="1/100") for _ in range(3))
+    cert = reading(TV, 0.01, evidence=PROOF)
+    first = led.admit(r3, cert, token="t")
+    assert led.admit(r3, cert, token="t") == first  # a retry on the same request
+    with pytest.raises(TokenReusedError, match=r"token 't'.*request 3.*request 2") as info:
+        led.admit(r2, cert, token="t")
+    assert (info.value.token, info.value.request_id, info.value.recorded_request_id) == (
+        "t", r2, r3)
+    with pytest.raises(TokenReusedError):
+        led.admit_next(r1, lambda a: cert, token="t")
+    with pytest.raises(TokenReusedError):
+        led.admit_entries(r2, [0.01], threshold=0.1, metric=TV, evidence=PROOF, token="t")
+    assert led.verdict(r2).counts.total == 0 and led.verdict(r1).counts.total == 0
+    led.close()
+
+
+def _small_journal(path: Path) -> RiskLedger:
+    led = RiskLedger(n_slots=8, journal=path)
+    led.add_sentinel("drift", delta=0.01)
+    a = led.open_request(delta_req="1/100")
+    b = led.open_request(delta_req="1/140")
+    led.admit(a, reading(TV, 0.01, evidence=PROOF, delta=led.next_allowance(a)), token="a0")
+    led.admit(a, reading(TV, 0.01, evidence=Restricted(PROOF, subset="e_in <= 0.5")))
+    led.admit(b, reading(TV, 0.2, evidence=Measurement("probe", samples=3),
+                         regime=Regime.MEASURED), on_empirical=EmpiricalPolicy.DEGRADE)
+    led.admit(b, reading(TV, 0.2, evidence=Measurement("probe", samples=3),
+                         regime=Regime.MEASURED), token="b1")
+    led.admit_entries(a, [0.01, 0.5, 0.02], threshold=0.05, metric=TV, evidence=PROOF,
+                      slots=[0, 1, 2], delta=led.next_allowance(a), token="a2")
+    led.admit_entries(b, [0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[5])
+    led.evict(a, [1])
+    led.observe("drift", [0.2, 0.7], m=0.5, c=1.0)
+    c = led.open_request(delta_req="1/7")
+    led.admit(c, reading(TV, 0.01, evidence=PROOF), token="c0")
+    led.close_request(c)
+    return led
+
+
+def _full_state(led: RiskLedger) -> tuple[Any, ...]:
+    return (_state(led), led.applied_seq,
+            tuple(led.admission(t) for t in ("a0", "b1", "a2", "c0")))
+
+
+def test_every_flipped_byte_is_refused_or_changes_nothing(tmp_path: Path) -> None:
+    """Flip single bytes of a small journal (a sample of >= 500 positions of the database and
+    every byte of its mark): each reopens with a JournalError or to exactly the state before."""
+    path = tmp_path / "j.sqlite"
+    led = _small_journal(path)
+    expected = _full_state(led)
+    led.close()
+    db, mark = path.read_bytes(), Path(f"{path}.mark").read_bytes()
+    assert not Path(f"{path}-wal").exists()  # checkpointed on close: one file holds all
+    rng = np.random.default_rng(7)
+    positions = [("db", int(p)) for p in rng.choice(len(db), size=min(len(db), 1000),
+                                                      replace=False)]
+    positions += [("mark", p) for p in range(len(mark))]
+    outcomes = {"refused": 0, "unchanged": 0}
+    work = tmp_path / "flip"
+    for which, pos in positions:
+        if work.exists():
+            for f in work.iterdir():
+                f.unlink()
+        else:
+            work.mkdir()
+        d, m = bytearray(db), bytearray(mark)
+        (d if which == "db" else m)[pos] ^= 0xFF
+        (work / "j.sqlite").write_bytes(bytes(d))
+        (work / "j.sqlite.mark").write_bytes(bytes(m))
+        try:
+            again = RiskLedger(n_slots=8, journal=work / "j.sqlite")
+        except JournalError:
+            outcomes["refused"] += 1
+            continue
+        try:
+            got = _full_state(again)
+        finally:
+            again.close()
+        assert got == expected, f"a flipped byte at {which}[{pos}] changed the state silently"
+        outcomes["unchanged"] += 1
+    assert outcomes["refused"] > 50 and sum(outcomes.values()) == len(positions) >= 500
+
+
+def _ack_writer(path: str, fd_out: int, epoch: int) -> None:
+    """Child: admit in a loop; after each admission returns, write its seq to the pipe."""
+    led = RiskLedger(journal=path)
+    cert = reading(TV, 0.01, evidence=PROOF)
+    i = 0
+    while True:
+        tok = f"{epoch}:{i}"
+        if i % 3 == 2:
+            adm = led.admit_next(1, lambda a: reading(TV, 0.01, evidence=PROOF, delta=a),
+                                 token=tok)
+        else:
+            adm = led.admit(1, cert, token=tok)
+        os.write(fd_out, f"{led.applied_seq} {tok} {adm.ordinal} {adm.spent}\n".encode())
+        i += 1
+
+
+def _read_lines(fd: int, buf: bytearray, want: int, deadline: float) -> bool:
+    """Read the pipe into ``buf`` until it holds ``want`` complete lines; whether EOF came."""
+    while buf.count(b"\n") < want:
+        if time.monotonic() > deadline:
+            raise AssertionError("the writer stopped acknowledging")
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return True
+            buf += chunk
+    return False
+
+
+def test_sigkill_loses_no_acknowledged_event(tmp_path: Path) -> None:
+    """>= 50 kill -9 of a child that admits in a loop and writes each acknowledged seq to a
+    pipe: after every kill the journal reopens (no JournalError) with every acknowledged event,
+    as acknowledged; an event acknowledged is one whose admit returned."""
+    path = tmp_path / "j.sqlite"
+    setup = RiskLedger(journal=path)
+    setup.open_request(delta_req="1/100")
+    setup.close()
+    ctx = multiprocessing.get_context("fork")
+    rng = np.random.default_rng(5)
+    acked: dict[str, tuple[int, int, str]] = {}
+    deadline = time.monotonic() + 120
+    kills = 0
+    for epoch in range(60):
+        r, w = os.pipe()
+        proc = ctx.Process(target=_ack_writer, args=(str(path), w, epoch))
+        proc.start()
+        os.close(w)
+        buf = bytearray()
+        try:
+            eof = _read_lines(r, buf, int(rng.integers(1, 12)), deadline)
+            assert not eof, "the writer died before it was killed"
+            time.sleep(float(rng.uniform(0.0, 0.004)))  # land anywhere in the next admission
+            assert proc.pid is not None
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join()
+            assert proc.exitcode == -signal.SIGKILL
+            kills += 1
+            assert _read_lines(r, buf, 1 << 30, deadline)  # to EOF: every ack written before
+        finally:
+            os.close(r)
+        for line in buf.decode().split("\n")[:-1]:  # complete lines only
+            seq, tok, ordinal, spent = line.split()
+            acked[tok] = (int(seq), int(ordinal), spent)
+        led = RiskLedger(journal=path)  # never refuses: nothing acknowledged is missing
+        for tok, (seq, ordinal, spent) in acked.items():
+            adm = led.admission(tok)
+            assert adm is not None, f"acknowledged event {seq} ({tok}) lost after kill {kills}"
+            assert (adm.ordinal, str(adm.spent)) == (ordinal, spent)
+        assert led.applied_seq >= max(s for s, _, _ in acked.values())
+        led.close()
+    assert kills >= 50 and len(acked) >= kills
+
+
+def test_replay_checks_the_generations_a_slot_event_recorded(tmp_path: Path) -> None:
+    """A write, an eviction and a close record the generations of their slots; a resealed
+    edit of one is refused naming the slot and both generations."""
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(n_slots=4, journal=path)
+    a = led.open_request(delta_req="1/100")
+    led.admit_entries(a, [0.01, 0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[0, 1])
+    led.admit_entries(a, [0.01], threshold=0.05, metric=TV, evidence=PROOF, slots=[1])
+    led.evict(a, [1])
+    led.close()
+    with sqlite3.connect(path) as con:
+        (data,) = con.execute("SELECT data FROM events WHERE op='evict'").fetchone()
+    assert np.frombuffer(data, dtype="<i8").tolist() == [1, 2]  # slot 1, written twice
+    _tamper(path, "evict", data=np.array([1, 1], dtype="<i8").tobytes())
+    with pytest.raises(JournalError, match=r"event 4 \(evict\) does not replay: request 1: its "
+                                           r"evict names slot 1 at generation 1, but the slot "
+                                           r"is at generation 2") as info:
+        RiskLedger(n_slots=4, journal=path)
+    assert info.value.seq == 4
+    _tamper(path, "evict", data=np.array([1], dtype="<i8").tobytes(), payload='{"rid": 1}')
+    with pytest.raises(JournalError, match="does not record their generations"):
+        RiskLedger(n_slots=4, journal=path)
+
+
+def test_a_deleted_or_emptied_database_is_refused_beside_its_mark(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(journal=path)
+    led.open_request(delta_req="1/100")
+    led.close()
+    path.write_bytes(b"")  # emptied: SQLite would start a new, empty journal
+    with pytest.raises(JournalError, match="belongs to another journal that acknowledged 1 "
+                                           "events") as info:
+        RiskLedger(journal=path)
+    assert info.value.seq == 1
+    path.unlink()  # deleted: the same
+    with pytest.raises(JournalError, match="the database was replaced or emptied"):
+        RiskLedger(journal=path)
+    path.unlink()
+    Path(f"{path}.mark").unlink()  # both deleted: a fresh journal (cannot be detected)
+    fresh = RiskLedger(journal=path)
+    assert fresh.applied_seq == 0
+    fresh.close()
+    again = RiskLedger(journal=path)
+    assert again.request_ids() == ()
+    again.close()

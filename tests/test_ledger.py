@@ -30,7 +30,13 @@ from witcert_calculus.accounting.entries import (
     sum_upper,
     tradeoff_curve,
 )
-from witcert_calculus.accounting.records import Decision, EmpiricalPolicy, EventKind
+from witcert_calculus.accounting.records import (
+    Decision,
+    EmpiricalPolicy,
+    EventCounts,
+    EventKind,
+    Verdict,
+)
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV, LogitLinf
 from witcert_calculus.tiers import Measurement, Proof, Restricted, Tier
@@ -295,7 +301,8 @@ def test_empirical_never_enters_budget() -> None:
     adm = led.admit(r, empirical())
     assert adm.kind is EventKind.EMPIRICAL_FALLBACK and adm.decision is Decision.FALLBACK
     assert adm.charged == 0
-    assert led.verdict(r).tier is Tier.CERTIFIED  # fallback took the exact path
+    v = led.verdict(r)  # the fallback took the exact path, and nothing certifies the request
+    assert v.tier is Tier.EMPIRICAL and v.reason is not None and "no evidence" in v.reason
     # an empirical reading with a non-zero delta does not spend either
     emp_delta = reading(TV, 0.1, evidence=Measurement("m", samples=2), delta=Fraction(1, 3))
     assert emp_delta.tier is Tier.EMPIRICAL
@@ -531,3 +538,79 @@ def test_prometheus_export() -> None:
     assert "witcert_ledger_requests_total 3.0\n" in text
     for n in names:
         assert n.endswith("_total") == (f"# TYPE {n} counter" in text)
+
+
+# ----------------------------------------------------------------- no evidence, no certificate
+
+
+def test_a_request_without_admissions_is_not_certified() -> None:
+    led = RiskLedger()
+    r = led.open_request(delta_req="1/100")
+    v = led.verdict(r)
+    assert v.tier is Tier.EMPIRICAL and v.counts.total == 0
+    assert v.reason == "no evidence: no reading was admitted, so nothing certifies the request"
+    closed = led.close_request(r)
+    assert closed.tier is Tier.EMPIRICAL and closed.reason == v.reason
+    assert led.stats().open_by_tier == ((Tier.CERTIFIED, 0), (Tier.PARTIALLY_CERTIFIED, 0),
+                                        (Tier.EMPIRICAL, 0))
+
+
+def test_a_request_with_only_empirical_fallbacks_is_not_certified() -> None:
+    led = RiskLedger()
+    r = led.open_request(delta_req="1/100")
+    for _ in range(3):
+        led.admit(r, empirical())
+    led.admit_entries(r, [0.01, 0.02], threshold=0.1, metric=TV,
+                      evidence=Measurement("probe", samples=2))
+    v = led.verdict(r)
+    assert v.tier is Tier.EMPIRICAL and v.counts.empirical_fallback == 4
+    assert v.reason == ("no evidence: 4 empirical fallbacks (exact path) and no certificate "
+                        "were admitted")
+    assert dict(led.stats().open_by_tier)[Tier.EMPIRICAL] == 1  # the stats agree
+    assert v.cap is Tier.CERTIFIED  # what the admissions alone allow: a fleet reduces it
+    led.admit(r, cert())  # one certificate is evidence: fallbacks took the exact path
+    v = led.verdict(r)
+    assert v.tier is Tier.CERTIFIED and v.reason is None
+    assert dict(led.stats().open_by_tier)[Tier.CERTIFIED] == 1
+
+
+def test_verdict_reasons_below_certified() -> None:
+    led = RiskLedger()
+    r = led.open_request(delta_req="1/100")
+    led.admit(r, empirical(), on_empirical=EmpiricalPolicy.DEGRADE)
+    assert led.verdict(r).reason == "1 empirical reading used under DEGRADE and no certificate " \
+        "admitted"
+    r2 = led.open_request(delta_req="1/100")
+    led.admit(r2, cert(evidence=Restricted(PROOF, subset="e_in <= 0.25")))
+    v2 = led.verdict(r2)
+    assert v2.tier is Tier.PARTIALLY_CERTIFIED
+    assert v2.reason == "a certificate held only on a decidable subset (restricted)"
+
+
+def test_a_certified_verdict_needs_a_certificate() -> None:
+    fields: dict[str, Any] = dict(
+        request_id=1, delta_req=Fraction(1, 100), spent=Fraction(0), entries=0,
+        entries_kept=0, retained_fraction=None, steps=0, vacuous_steps=0,
+        worst_step_bound=0.0, closed=True)
+    with pytest.raises(InvalidValueError, match="no evidence, no certificate"):
+        Verdict(tier=Tier.CERTIFIED, counts=EventCounts(), **fields)
+    with pytest.raises(InvalidValueError, match="no evidence, no certificate"):
+        Verdict(tier=Tier.CERTIFIED, counts=EventCounts(empirical_fallback=2), **fields)
+    with pytest.raises(InvalidValueError, match="says why"):
+        Verdict(tier=Tier.EMPIRICAL, counts=EventCounts(), **fields)
+    ok = Verdict(tier=Tier.CERTIFIED, counts=EventCounts(deterministic=1), **fields)
+    assert ok.reason is None
+
+
+def test_no_evidence_verdict_survives_the_journal(tmp_path: Any) -> None:
+    path = tmp_path / "j.sqlite"
+    led = RiskLedger(journal=path)
+    a = led.open_request(delta_req="1/100")
+    b = led.open_request(delta_req="1/100")
+    led.admit(b, empirical())
+    before = (led.verdict(a), led.verdict(b))
+    led.close()
+    again = RiskLedger(journal=path)
+    assert (again.verdict(a), again.verdict(b)) == before
+    assert {v.tier for v in before} == {Tier.EMPIRICAL}
+    again.close()

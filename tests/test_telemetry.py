@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from witcert_calculus.accounting.budget import telescoping_spent
-from witcert_calculus.accounting.records import EmpiricalPolicy
+from witcert_calculus.accounting.records import EmpiricalPolicy, EventCounts
 from witcert_calculus.contracts import Reading, Regime
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.export.telemetry import SPAN_NAME, VerdictSpans, verdict_attributes
@@ -118,7 +118,9 @@ def test_fleet_verdict_span(spans: tuple[VerdictSpans, InMemorySpanExporter]) ->
                          regime=Regime.MEASURED), on_empirical=EmpiricalPolicy.DEGRADE)
     v = led.close_request(r)
     with pytest.raises(InvalidValueError, match="fails closed"):
-        FleetVerdict(verdict=dataclasses.replace(v, tier=Tier.CERTIFIED), meter_max=0.25,
+        FleetVerdict(verdict=dataclasses.replace(v, tier=Tier.CERTIFIED, reason=None,
+                                                 counts=EventCounts(deterministic=1)),
+                     meter_max=0.25,
                      ranks=4, complete=False, failure="x")
     with pytest.raises(InvalidValueError, match="exactly when the verdict is incomplete"):
         FleetVerdict(verdict=v, meter_max=0.25, ranks=4, complete=True, failure="x")

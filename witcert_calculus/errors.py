@@ -20,6 +20,7 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     ├── ForgedEvidenceError          (TypeError)   evidence not issued by the code that checked it
     ├── EvidenceMismatchError        (ValueError)  a proof attached to a claim it does not prove
     ├── AdmissionError               (ValueError)  the ledger refuses an object by rule
+    │   └── TokenReusedError                       an idempotency token offered for another request
     ├── BudgetExceededError          (RuntimeError) a delta above the request's next allowance
     │   └── AllowanceMovedError                    an allowance read before others drew it
     ├── UnknownRequestError          (LookupError) a request id the ledger never opened
@@ -66,6 +67,7 @@ __all__ = [
     "SlotOwnershipError",
     "StaleReadError",
     "TheoremExportError",
+    "TokenReusedError",
     "UnknownRequestError",
     "UnknownTheoremError",
     "UnregisteredMetricError",
@@ -362,7 +364,6 @@ class EvidenceMismatchError(WitcertError, ValueError):
                 "issued for")
 
 
-@final
 class AdmissionError(WitcertError, ValueError):
     """The ledger refuses an object by rule (e.g. an empirical reading as a certificate).
 
@@ -378,6 +379,29 @@ class AdmissionError(WitcertError, ValueError):
 
     def _message(self) -> str:
         return f"request {self.request_id}: admission refused: {self.reason}"
+
+
+@final
+class TokenReusedError(AdmissionError):
+    """An idempotency token offered for a request other than the one it was recorded for.
+
+    A token names one admission of one request; a retry must name the same request.
+
+    Args:
+        token: the token.
+        request_id: the request it was offered for now.
+        recorded_request_id: the request it was recorded for.
+    """
+
+    def __init__(self, token: str, request_id: int, recorded_request_id: int) -> None:
+        self.token = token
+        self.recorded_request_id = recorded_request_id
+        AdmissionError.__init__(
+            self, request_id,
+            f"idempotency token {token!r} was recorded for request {recorded_request_id}, "
+            f"not request {request_id}; a token names one admission of one request: use a "
+            "fresh token for this request")
+        self._args = (token, request_id, recorded_request_id)
 
 
 class BudgetExceededError(WitcertError, RuntimeError):
@@ -588,12 +612,16 @@ class JournalError(WitcertError, OSError):
     Args:
         path: the journal file.
         reason: what went wrong.
+        seq: the sequence number of the event concerned (the first one that
+            fails its digest, does not replay, or is missing), if one is; the
+            reason names it too.
     """
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, seq: int | None = None) -> None:
         self.path = path
         self.reason = reason
-        super().__init__(path, reason)
+        self.seq = seq
+        super().__init__(path, reason, seq)
 
     def _message(self) -> str:
         return f"journal {self.path}: {self.reason}"

@@ -35,8 +35,15 @@ The ledger also owns the slot table (fail-closed reads, write-side charge once
 per write, and ownership: a request writes or evicts only its own and free
 slots, and closing it frees its slots) and named drift sentinels. It is
 thread-safe; with ``journal=path`` every event is committed to a SQLite WAL
-journal before it is applied and acknowledged, reopening replays to the
-identical state, and several processes can share one journal file. Beside it:
+journal before it is applied and acknowledged (hash-chained, with a high-water
+mark beside it; see :mod:`~witcert_calculus.accounting.journal`), reopening
+replays to the identical state or refuses with a
+:class:`~witcert_calculus.errors.JournalError`, and several processes can share
+one journal file.
+
+No evidence, no certificate: a request into which no certificate was admitted
+(none at all, or empirical fallbacks only) is ``EMPIRICAL``, and its verdict's
+``reason`` says why. Beside it:
 :mod:`~witcert_calculus.accounting.state` (the state its events change, and how),
 :mod:`~witcert_calculus.accounting.budget`, :mod:`~witcert_calculus.accounting.account` (accounts
 and entry batches), :mod:`~witcert_calculus.accounting.records` (what it reports, with the
@@ -258,9 +265,10 @@ class RiskLedger:
             reading: the certificate (or empirical reading).
             on_empirical: what an empirical reading does: fall back (default;
                 the caller takes the exact path) or degrade the verdict.
-            token: idempotency token; admitting again with a token that was
-                already admitted returns the original acknowledgement and
-                changes nothing (safe retries after a crash).
+            token: idempotency token; admitting again into the same request
+                with a token that was already admitted returns the original
+                acknowledgement and changes nothing (safe retries after a
+                crash); the same token on another request is refused.
 
         Returns:
             The acknowledgement: kind, decision, charge and the exact spend.
@@ -273,6 +281,8 @@ class RiskLedger:
                 the allowance of an earlier probabilistic event of the request,
                 i.e. other admissions drew it after it was read; see :meth:`admit_next`.
             InvalidValueError: for a non-reading, bad policy or bad token.
+            TokenReusedError: (an :class:`AdmissionError`) if ``token`` was recorded
+                for another request; it names the token and both request ids.
             JournalError: if the event cannot be made durable (it is then not applied).
         """
         tok = _token(token)
@@ -315,6 +325,7 @@ class RiskLedger:
             InvalidValueError: if ``reading`` is not callable, returns something
                 other than a :class:`~witcert_calculus.contracts.Reading` or calls
                 the ledger; for a bad policy or token.
+            TokenReusedError: as :meth:`admit`.
             JournalError: as :meth:`admit`.
 
         Whatever ``reading`` raises propagates; nothing is then recorded.
@@ -394,6 +405,7 @@ class RiskLedger:
             UnknownRequestError: as :meth:`admit`.
             BudgetExceededError: as :meth:`admit`.
             AllowanceMovedError: as :meth:`admit`.
+            TokenReusedError: as :meth:`admit`.
             JournalError: as :meth:`admit`.
 
         Lean: ``WitCert.Ledger.entry_fallback_sound`` (with the spend theorems).

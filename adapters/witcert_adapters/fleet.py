@@ -9,8 +9,10 @@ on CPU, NCCL where present), with one collective per step for all requests of th
 once (an ``all_gather`` of every rank's rows, reduced identically on every rank):
 
 - per-request meter maxima (max), any-of gates (some entry fell back, some rank's step
-  bound was vacuous), coverage counts (entries kept and offered; sums) and the weakest
-  local verdict tier (min);
+  bound was vacuous), coverage counts (entries kept and offered; sums), the ranks that
+  admitted no certificate (sums) and the weakest local cap (min;
+  :attr:`~witcert_calculus.accounting.records.Verdict.cap`: the no-evidence rule is applied
+  to the fleet's own counts, so one certified step after empirical ones is evidence);
 - agreement checks (min and max): the request ids of the step, and each request's count
   of probabilistic events.
 
@@ -72,6 +74,8 @@ from witcert_calculus.accounting.records import (
     EventCounts,
     EventKind,
     Verdict,
+    certified_by_evidence,
+    verdict_reason,
 )
 from witcert_calculus.contracts import Reading, Regime
 from witcert_calculus.errors import (
@@ -87,6 +91,8 @@ from witcert_calculus.numerics.validation import integer
 from witcert_calculus.tiers import Evidence, Measurement, Tier, weakest
 
 __all__ = ["FleetLedger", "FleetStep", "FleetVerdict"]
+
+_CERTIFICATES = (EventKind.DETERMINISTIC, EventKind.PROBABILISTIC)
 
 
 @final
@@ -125,9 +131,12 @@ class FleetVerdict:
     Attributes:
         verdict: the request's verdict as one account: the weakest tier over the ranks,
             the budget ``delta_req``, the exact spend (``telescoping_spent(n, delta_req)``
-            after ``n`` probabilistic steps), counts per kind of fleet step, entries over
-            all ranks (``entries_kept`` is the coverage count), steps, vacuous steps and the
-            worst step bound (the largest kept bound over all ranks and steps).
+            after ``n`` probabilistic steps), counts per kind of fleet step (a deterministic
+            step is one every rank certified; one where some rank admitted no certificate
+            counts as an empirical fallback), entries over all ranks (``entries_kept`` is
+            the coverage count), steps, vacuous steps and the worst step bound (the largest
+            kept bound over all ranks and steps). No evidence, no certificate: a request
+            with no certified step is ``EMPIRICAL``, and ``verdict.reason`` says why.
         meter_max: the largest entry bound over all ranks and steps (kept or not).
         ranks: the ranks that served it.
         complete: ``False`` when a rank failed during the request: the tier is then
@@ -180,6 +189,7 @@ class _Tally:
     tier: Tier = Tier.CERTIFIED
     n_prob: int = 0
     n_det: int = 0
+    n_empirical: int = 0
     steps: int = 0
     vacuous: int = 0
     entries: int = 0
@@ -190,7 +200,7 @@ class _Tally:
 
 
 # Columns of the reduced tensors.
-_S_KEPT, _S_ENTRIES, _S_FALLBACK, _S_VACUOUS = range(4)
+_S_KEPT, _S_ENTRIES, _S_FALLBACK, _S_VACUOUS, _S_UNCERTIFIED = range(5)
 _M_METER, _M_NEG_TIER, _M_NPROB, _M_NEG_NPROB, _M_RID, _M_NEG_RID, _M_STEP = range(7)
 
 
@@ -339,7 +349,7 @@ class FleetLedger:
         bn = b.numpy()
         sn = None if s is None else s.numpy()
         n = len(ids)
-        sums = np.zeros((n, 4), dtype=np.int64)
+        sums = np.zeros((n, 5), dtype=np.int64)
         maxes = np.zeros((n, 7), dtype=np.float64)
         for j, r in enumerate(ids):
             delta = self._ledger.next_allowance(r) if probabilistic else Fraction(0)
@@ -350,9 +360,10 @@ class FleetLedger:
             used = ea.admission.decision is Decision.USE
             kept = ea.certification.n_kept if used else 0
             sums[j] = (kept, bn.shape[1], int(kept < bn.shape[1]),
-                       int(used and ea.certification.vacuous))
+                       int(used and ea.certification.vacuous),
+                       int(ea.admission.kind not in _CERTIFICATES))
             nprob = v.counts.probabilistic
-            maxes[j] = (float(bn[j].max()) if bn.shape[1] else 0.0, -float(int(v.tier)),
+            maxes[j] = (float(bn[j].max()) if bn.shape[1] else 0.0, -float(int(v.cap)),
                         float(nprob), -float(nprob), float(r), -float(r),
                         float(ea.certification.step_bound) if used else 0.0)
         # One collective per step: every rank's rows (counts are exact in float64 below 2**53).
@@ -372,8 +383,8 @@ class FleetLedger:
             return self._failed_step(ids)
         self._reduce_s += time.perf_counter() - t0
         every = torch.stack(table).cpu().numpy()
-        return self._apply(ids, every[:, :, :4].astype(np.int64).sum(axis=0),
-                           every[:, :, 4:].max(axis=0), probabilistic, metric)
+        return self._apply(ids, every[:, :, :5].astype(np.int64).sum(axis=0),
+                           every[:, :, 5:].max(axis=0), probabilistic, metric)
 
     def _apply(self, ids: tuple[int, ...], sums: Any, maxes: Any, probabilistic: bool,
                metric: type[Metric[Any]]) -> FleetStep:
@@ -400,6 +411,8 @@ class FleetLedger:
             charge = telescoping_delta(hi - 1, t.budget) if probabilistic else Fraction(0)
             if probabilistic:
                 t.n_prob = hi
+            elif sums[j, _S_UNCERTIFIED] > 0:  # some rank admitted no certificate: no evidence
+                t.n_empirical += 1
             else:
                 t.n_det += 1
             charged.append(charge)
@@ -456,15 +469,22 @@ class FleetLedger:
             UnknownRequestError: for a request never opened here.
         """
         t = self._tally(request_id)
-        tier = Tier.EMPIRICAL if self._broken is not None else t.tier
         counts = EventCounts.of({EventKind.DETERMINISTIC: t.n_det,
-                                 EventKind.PROBABILISTIC: t.n_prob})
+                                 EventKind.PROBABILISTIC: t.n_prob,
+                                 EventKind.EMPIRICAL_FALLBACK: t.n_empirical})
+        reason: str | None
+        if self._broken is not None:
+            tier, reason = Tier.EMPIRICAL, f"the fleet failed closed: {self._broken}"
+        else:  # no evidence, no certificate, as for one process's ledger
+            tier = certified_by_evidence(t.tier, counts)
+            reason = verdict_reason(tier, counts, vacuous_steps=t.vacuous)
         verdict = Verdict(
             request_id=request_id, tier=tier, delta_req=t.budget.exact,
             spent=telescoping_spent(t.n_prob, t.budget), counts=counts, entries=t.entries,
             entries_kept=t.kept,
             retained_fraction=None if t.entries == 0 else Fraction(t.kept, t.entries),
-            steps=t.steps, vacuous_steps=t.vacuous, worst_step_bound=t.worst, closed=t.closed)
+            steps=t.steps, vacuous_steps=t.vacuous, worst_step_bound=t.worst, closed=t.closed,
+            reason=reason)
         return FleetVerdict(verdict=verdict, meter_max=t.meter, ranks=self._world, complete=self._broken is None,
                             failure=self._broken)
 

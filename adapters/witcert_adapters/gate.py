@@ -6,7 +6,9 @@ on a path the model never takes, a per-layer accumulator overwriting itself, a s
 that was never written), so structure is checked before numbers, and numbers before
 soundness.
 
-1. **coverage**: the observed ``(layer, path)`` set equals the declared set; every layer's
+1. **coverage**: the run declared at least one site (no evidence, no certificate: a run
+   with no metered reading is never accepted); the observed ``(layer, path)`` set equals
+   the declared set; every layer's
    write counter equals the tokens the run processed and its read counter the query rows;
    every layer's readings cover the same positions. With Tier B declared, every layer's
    Tier-B cells match its Tier-A cells one to one, and the ledger's probabilistic counter
@@ -50,7 +52,7 @@ from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV, check_value
 from witcert_calculus.numerics.validation import positive_int
 
-__all__ = ["STAGES", "GateVerdict", "Stage", "StageResult", "attention_stages",
+__all__ = ["NO_EVIDENCE", "STAGES", "GateVerdict", "Stage", "StageResult", "attention_stages",
            "declared_problems", "ordered_verdict", "run_gate", "site_problems", "sites_text"]
 
 
@@ -64,6 +66,10 @@ class Stage(enum.StrEnum):
 
 
 STAGES: Final = tuple(Stage)
+
+NO_EVIDENCE: Final = ("no site declared: a run without a metered reading has no evidence "
+                      "(no evidence, no certificate)")
+"""The coverage problem of a run that declared nothing: a gate never accepts it."""
 
 
 @final
@@ -172,10 +178,18 @@ def declared_problems(declared: frozenset[Site], observed: frozenset[Site], *,
                       joined: bool = False) -> list[str]:
     """:func:`site_problems` of two site sets (for records that are not a :class:`ProbeRun`).
 
+    No evidence, no certificate: a run that declared no site has no metered reading,
+    and that is a coverage problem too (a gate never accepts a run that checked nothing).
+
     Example:
         >>> declared_problems(frozenset({(0, ProbePath.READ)}), frozenset())
         ["declared but never observed: [(0, 'read')]"]
+        >>> declared_problems(frozenset(), frozenset())
+        ['no site declared: a run without a metered reading has no evidence (no evidence, no certificate)']
     """
+    if not declared:
+        return [NO_EVIDENCE + (f"; observed but never declared: {sites_text(observed)}"
+                               if observed else "")]
     missing = declared - observed
     extra = observed - declared
     if joined:

@@ -66,6 +66,8 @@ class MergedAccount:
             in step); when not, the tier is ``EMPIRICAL`` (a rank stopped mid-request, or
             diverged) while the spend is still the sum of the ranks' sound shares.
         writes: every slot write of the request, attributed, sorted by (rank, slot).
+        reason: why the tier is below ``CERTIFIED`` (a rank lacks the request, the
+            ranks disagree, or a rank's own reason, e.g. no evidence), else ``None``.
     """
 
     request_id: int
@@ -78,6 +80,7 @@ class MergedAccount:
     per_rank: tuple[Verdict | None, ...]
     agreed: bool
     writes: tuple[SlotOwner, ...]
+    reason: str | None = None
 
 
 def merge_journals(paths: Sequence[str | os.PathLike[str]], *,
@@ -132,8 +135,15 @@ def merge_journals(paths: Sequence[str | os.PathLike[str]], *,
         tier = Tier.CERTIFIED
         for v in present:
             tier = weakest(tier, v.tier)
-        if len(present) < len(per) or not agreed:
+        reasons = [f"rank {k}: {v.reason}" for k, v in enumerate(per)
+                   if v is not None and v.reason is not None]
+        if len(present) < len(per):
             tier = Tier.EMPIRICAL
+            reasons.insert(0, f"ranks {[k for k, v in enumerate(per) if v is None]} lack the "
+                           "request (failed closed)")
+        if not agreed:
+            tier = Tier.EMPIRICAL
+            reasons.insert(0, "the ranks drew different numbers of allowances")
         counts = EventCounts()
         for v in present:
             counts = counts + v.counts
@@ -142,5 +152,6 @@ def merge_journals(paths: Sequence[str | os.PathLike[str]], *,
             spent=sum((v.spent for v in present), Fraction(0)), counts=counts,
             entries=sum(v.entries for v in present),
             entries_kept=sum(v.entries_kept for v in present), per_rank=per, agreed=agreed,
-            writes=tuple(sorted(writes.get(rid, [])))))
+            writes=tuple(sorted(writes.get(rid, []))),
+            reason=None if tier is Tier.CERTIFIED else "; ".join(reasons) or tier.name))
     return tuple(out)

@@ -796,3 +796,13 @@ def test_amx_layout_reads_what_a_model_of_the_amx_writer_wrote() -> None:
     odd = torch.zeros(1, kvh, 24, 2 * d, dtype=torch.uint8)  # a block the tiles do not divide
     with pytest.raises(EngineMismatchError, match="AMX cache layout.*block size 24"):
         stored_elements([odd], torch.tensor([0]), layout=CacheLayout.AMX)
+
+
+def test_a_request_without_metered_steps_is_neither_certified_nor_accepted() -> None:
+    """No evidence, no certificate: the ledger's tier and the gate agree."""
+    acc = Accounts(layers=2, seats=1, tau=0.1, audit=True, delta_req=Fraction(1, 100),
+                   session="s", kv_cache_dtype="auto")
+    acc.tally("r")
+    v = acc.finish("r")
+    assert v is not None and v.tier == "EMPIRICAL" and v.steps == 0
+    assert v.gate["accepted"] is False and v.gate["failed_stage"] == "coverage"

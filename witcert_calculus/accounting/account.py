@@ -75,6 +75,8 @@ from witcert_calculus.accounting.records import (
     EventCounts,
     EventKind,
     Verdict,
+    certified_by_evidence,
+    verdict_reason,
 )
 from witcert_calculus.accounting.slots import SlotTable
 from witcert_calculus.lean.theorems import ENTRY_FALLBACK_SOUND
@@ -100,6 +102,28 @@ def _allowance_index(delta: Fraction, budget: Fraction) -> int | None:
     return k - 1 if k >= 1 and k * (k + 1) == q.numerator else None
 
 
+def _check_cap(charge: Admit, request_id: int, where: str) -> None:
+    # The cap an admission puts on the verdict follows from its kind (the rules of propose):
+    # a replayed event whose cap does not is refused, never allowed to change a verdict.
+    kind, cap = charge.kind, charge.cap
+    if kind is EventKind.EMPIRICAL_DEGRADED:
+        rule = "EMPIRICAL" if cap is not Tier.EMPIRICAL else None
+    elif kind is EventKind.EMPIRICAL_FALLBACK:
+        rule = "CERTIFIED (a fallback takes the exact path)" if cap is not Tier.CERTIFIED \
+            else None
+    elif charge.saturated != (charge.tier is Tier.SATURATED):
+        rule = f"saturated={charge.tier is Tier.SATURATED} for a reading of tier {charge.tier.name}"
+    elif charge.saturated:
+        rule = "PARTIALLY_CERTIFIED (a saturated certificate)" \
+            if cap is not Tier.PARTIALLY_CERTIFIED else None
+    else:
+        rule = "CERTIFIED or PARTIALLY_CERTIFIED" \
+            if cap not in (Tier.CERTIFIED, Tier.PARTIALLY_CERTIFIED) else None
+    if rule is not None:
+        raise JournalError(where, f"request {request_id}: a {kind.value} admission caps the "
+                           f"verdict at {cap.name}; the admission rules give {rule}")
+
+
 @final
 class Account:
     """The state of one request's account.
@@ -121,8 +145,8 @@ class Account:
         (Fraction(0, 1), Fraction(1, 200))
     """
 
-    __slots__ = ("_saturated", "_tally", "allowance", "budget", "closed", "entries",
-                 "entries_kept", "ordinal", "request_id", "spent", "steps", "tier",
+    __slots__ = ("_cap", "_saturated", "_tally", "allowance", "budget", "closed", "entries",
+                 "entries_kept", "ordinal", "request_id", "spent", "steps",
                  "vacuous_steps", "worst_step_bound")
 
     def __init__(self, request_id: int, budget: Probability) -> None:
@@ -133,7 +157,7 @@ class Account:
         self.ordinal = 0
         self._tally = dict.fromkeys(EventKind, 0)
         self._saturated = 0
-        self.tier = Tier.CERTIFIED
+        self._cap = Tier.CERTIFIED  # the weakest cap of the admissions so far
         self.entries = 0
         self.entries_kept = 0
         self.steps = 0
@@ -220,6 +244,7 @@ class Account:
         """
         charge = event.charge if isinstance(event, AdmitEntries) else event
         kind, charged = charge.kind, charge.charged
+        _check_cap(charge, self.request_id, where)
         if charge.ordinal != self.ordinal:
             raise JournalError(where, f"request {self.request_id}: event ordinal "
                                f"{charge.ordinal} applied at ordinal {self.ordinal} "
@@ -254,7 +279,7 @@ class Account:
         if charge.saturated and kind in _CERTIFICATES:
             self._saturated += 1
         self.spent = spent
-        self.tier = weakest(self.tier, charge.cap)
+        self._cap = weakest(self._cap, charge.cap)
         ordinal = self.ordinal
         self.ordinal += 1
         return Admission(request_id=self.request_id, ordinal=ordinal, kind=kind,
@@ -262,6 +287,12 @@ class Account:
                          else Decision.USE,
                          tier=charge.tier, charged=charged, spent=spent,
                          prob_index=prob_index, token=charge.token)
+
+    @property
+    def tier(self) -> Tier:
+        """The verdict's tier: the weakest cap of the admissions, and ``EMPIRICAL`` without a
+        certificate (no evidence, no certificate)."""
+        return certified_by_evidence(self._cap, self.counts)
 
     @property
     def counts(self) -> EventCounts:
@@ -279,15 +310,18 @@ class Account:
         return self.spent / self.budget.exact
 
     def verdict(self) -> Verdict:
-        """The account's verdict now."""
+        """The account's verdict now (below ``CERTIFIED``, with the reason)."""
+        counts = self.counts
+        tier = certified_by_evidence(self._cap, counts)
         return Verdict(
-            request_id=self.request_id, tier=self.tier, delta_req=self.budget.exact,
+            request_id=self.request_id, tier=tier, delta_req=self.budget.exact,
             spent=self.spent, counts=self.counts, entries=self.entries,
             entries_kept=self.entries_kept,
             retained_fraction=None if self.entries == 0 else Fraction(self.entries_kept,
                                                                       self.entries),
             steps=self.steps, vacuous_steps=self.vacuous_steps,
-            worst_step_bound=self.worst_step_bound, closed=self.closed)
+            worst_step_bound=self.worst_step_bound, closed=self.closed,
+            reason=verdict_reason(tier, counts, vacuous_steps=self.vacuous_steps))
 
 
 @final
@@ -376,13 +410,15 @@ class EntryBatch:
         return cls(certification=cert, step=step, bounds=b, slots=idx)
 
     def propose(self, account: Account, policy: EmpiricalPolicy, *,
-                token: str | None) -> AdmitEntries:
+                token: str | None, gens: npt.NDArray[np.int64] | None = None) -> AdmitEntries:
         """The batch's admission event into ``account``, charged once; the account does not change.
 
         Args:
             account: the open account of the request.
             policy: what an empirical reading does (no entry is kept under fallback).
             token: the caller's idempotency token, if any.
+            gens: the generations of the batch's slots before the write (recorded
+                in the event), or ``None``.
 
         Returns:
             The event: the step reading's charge (as :meth:`Account.propose`
@@ -393,7 +429,8 @@ class EntryBatch:
                 :meth:`Account.propose`.
         """
         charge = account.propose(self.step, policy, token=token)
-        return AdmitEntries.of(charge, self.certification, slots=self.slots, bounds=self.bounds)
+        return AdmitEntries.of(charge, self.certification, slots=self.slots, bounds=self.bounds,
+                               gens=gens)
 
     def acknowledge(self, admission: Admission) -> EntryAdmission:
         """The acknowledgement of the batch, from the admission its event returned.

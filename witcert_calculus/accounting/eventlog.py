@@ -123,14 +123,17 @@ class EventLog:
     def _apply_row(self, row: JournalRow) -> None:
         if row.seq != self._seq + 1:
             raise JournalError(self.where, f"event {row.seq} follows {self._seq}: gap in the "
-                               "sequence")
+                               "sequence", seq=self._seq + 1)
         try:
             self._replay(decode(EncodedEvent(row.op, row.payload, row.data, row.token)))
-        except JournalError:
-            raise
+        except JournalError as exc:  # a replay rule refused it: name the event
+            if exc.seq is not None:
+                raise
+            raise JournalError(self.where, f"event {row.seq} ({row.op}) does not replay: "
+                               f"{exc.reason}", seq=row.seq) from exc
         except Exception as exc:  # a journal that does not replay is a journal error
             raise JournalError(self.where, f"event {row.seq} ({row.op}) does not replay: "
-                               f"{exc}") from exc
+                               f"{exc}", seq=row.seq) from exc
         self._seq = row.seq
 
     def _build(self, build: Callable[[], _E | Recorded[_R]]) -> _E | Recorded[_R]:
@@ -181,6 +184,7 @@ class EventLog:
                 seq = self._journal.append(enc.op, enc.payload, enc.data, enc.token)
             # committed: durable before it is applied and acknowledged
             if seq != self._seq + 1:
-                raise JournalError(self.where, f"appended event {seq} after {self._seq}")
+                raise JournalError(self.where, f"appended event {seq} after {self._seq}",
+                                   seq=seq)
             self._seq = seq
             return apply(ev)

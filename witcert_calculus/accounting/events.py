@@ -8,7 +8,8 @@ text, floats in hexadecimal, enums by value), packed arrays and an optional
 idempotency token (:class:`EncodedEvent`). Each class encodes itself
 (:meth:`encode`) and is decoded through one table keyed by the operation name
 (:func:`decode`), so ``decode(e.encode()).encode() == e.encode()``. The
-encoding is the journal's format version 2 (a close records the slots it frees).
+encoding is the journal's format version 3 (a close records the slots it frees; a slot
+write, an eviction and a close record the slots' generations before the event).
 
 Main declarations:
 
@@ -150,19 +151,23 @@ class SlotWrite:
         slots: one pool slot per entry.
         keep: ``True`` where the entry keeps its compressed value (``MASKED``).
         bounds: per-entry bounds of the kept entries, 0.0 elsewhere.
+        gens: the slots' generations before the write (the ledger records them and
+            replay checks them), or ``None``.
     """
 
     slots: IntArray
     keep: BoolArray
     bounds: FloatArray
+    gens: IntArray | None = None
 
     def pack(self) -> bytes:
-        """Slots (``<i8``), the packed keep mask, then bounds (``<f8``)."""
+        """Slots (``<i8``), the packed keep mask, bounds (``<f8``), then generations (``<i8``)."""
         return (self.slots.astype("<i8").tobytes() + np.packbits(self.keep).tobytes()
-                + self.bounds.astype("<f8").tobytes())
+                + self.bounds.astype("<f8").tobytes()
+                + (b"" if self.gens is None else self.gens.astype("<i8").tobytes()))
 
     @classmethod
-    def unpack(cls, data: bytes, n: int, kept: int) -> SlotWrite:
+    def unpack(cls, data: bytes, n: int, kept: int, *, gens: bool = False) -> SlotWrite:
         """Inverse of :meth:`pack` for ``n`` entries of which ``kept`` are kept.
 
         Raises:
@@ -172,11 +177,14 @@ class SlotWrite:
         idx = np.frombuffer(data[:8 * n], dtype="<i8").astype(np.int64)
         keep = np.unpackbits(np.frombuffer(data[8 * n:8 * n + nb], dtype=np.uint8),
                              count=n).astype(np.bool_)
-        bnd = np.frombuffer(data[8 * n + nb:], dtype="<f8").astype(np.float64)
-        if int(np.count_nonzero(keep)) != kept or bnd.size != n or idx.size != n:
+        end = 8 * n + nb + 8 * n if gens else len(data)
+        bnd = np.frombuffer(data[8 * n + nb:end], dtype="<f8").astype(np.float64)
+        gen = np.frombuffer(data[end:], dtype="<i8").astype(np.int64) if gens else None
+        if (int(np.count_nonzero(keep)) != kept or bnd.size != n or idx.size != n
+                or (gen is not None and gen.size != n) or len(data) < end):
             raise InvalidValueError("entries event", f"{n} entries, {kept} kept",
                                     "entry event does not match its arrays")
-        return cls(idx, keep, bnd)
+        return cls(idx, keep, bnd, gen)
 
 
 @final
@@ -203,7 +211,7 @@ class AdmitEntries:
 
     @classmethod
     def of(cls, charge: Admit, cert: EntryCertification, *, slots: IntArray | None,
-           bounds: FloatArray) -> AdmitEntries:
+           bounds: FloatArray, gens: IntArray | None = None) -> AdmitEntries:
         """The event of a certified batch; an empirical fallback keeps no entry.
 
         Args:
@@ -211,11 +219,13 @@ class AdmitEntries:
             cert: the batch's certification.
             slots: the pool slots written (one per entry), or ``None``.
             bounds: the per-entry bounds.
+            gens: the slots' generations before the write, or ``None``.
         """
         keep = cert.keep
         if charge.kind is EventKind.EMPIRICAL_FALLBACK:
             keep = np.zeros(cert.n_entries, dtype=np.bool_)
-        write = None if slots is None else SlotWrite(slots, keep, np.where(keep, bounds, 0.0))
+        write = None if slots is None else SlotWrite(slots, keep, np.where(keep, bounds, 0.0),
+                                                     gens)
         return cls(charge=charge, n_entries=cert.n_entries, n_kept=int(np.count_nonzero(keep)),
                    step_bound=float(cert.step_bound), vacuous=bool(cert.vacuous), write=write)
 
@@ -225,6 +235,8 @@ class AdmitEntries:
         payload.update({"n": self.n_entries, "kept": self.n_kept,
                         "step_bound": float(self.step_bound).hex(), "vacuous": self.vacuous,
                         "slots": self.write is not None})
+        if self.write is not None and self.write.gens is not None:
+            payload["gens"] = True
         data = b"" if self.write is None else self.write.pack()
         return EncodedEvent(self.op, payload, data, self.charge.token)
 
@@ -237,7 +249,8 @@ class AdmitEntries:
         """
         p = e.payload
         n, kept = int(p["n"]), int(p["kept"])
-        write = SlotWrite.unpack(e.data, n, kept) if p["slots"] else None
+        write = SlotWrite.unpack(e.data, n, kept, gens=bool(p.get("gens", False))) \
+            if p["slots"] else None
         return cls(charge=Admit.decode(e), n_entries=n, n_kept=kept,
                    step_bound=float.fromhex(p["step_bound"]), vacuous=bool(p["vacuous"]),
                    write=write)
@@ -245,6 +258,28 @@ class AdmitEntries:
 
 def _no_slots() -> IntArray:
     return np.zeros(0, dtype=np.int64)
+
+
+def _encode_slots(op: str, request_id: int, slots: IntArray,
+                  gens: IntArray | None) -> EncodedEvent:
+    # Slots as <i8, then (flagged in the payload) their generations before the event.
+    payload: dict[str, Any] = {"rid": request_id}
+    data = slots.astype("<i8").tobytes()
+    if gens is not None:
+        payload["gens"] = True
+        data += gens.astype("<i8").tobytes()
+    return EncodedEvent(op, payload, data)
+
+
+def _decode_slots(e: EncodedEvent) -> tuple[IntArray, IntArray | None]:
+    arr = np.frombuffer(e.data, dtype="<i8").astype(np.int64)
+    if not e.payload.get("gens", False):
+        return arr, None
+    if arr.size % 2:
+        raise InvalidValueError(f"{e.op} event", f"{arr.size} integers",
+                                "slots and generations do not pair up")
+    n = arr.size // 2
+    return arr[:n].copy(), arr[n:].copy()
 
 
 @final
@@ -256,20 +291,23 @@ class CloseRequest:
         request_id: the account.
         slots: the slots the request owned, which the close returns to
             ``UNWRITTEN``; replay checks that they are exactly the slots it owns.
+        gens: their generations before the close (recorded by the ledger, checked
+            on replay), or ``None``.
     """
 
     op: ClassVar[str] = "close"
     request_id: int
     slots: IntArray = field(default_factory=_no_slots)
+    gens: IntArray | None = None
 
     def encode(self) -> EncodedEvent:
-        """The journal encoding (released slots as ``<i8``)."""
-        return EncodedEvent(self.op, {"rid": self.request_id}, self.slots.astype("<i8").tobytes())
+        """The journal encoding (released slots, then their generations, as ``<i8``)."""
+        return _encode_slots(self.op, self.request_id, self.slots, self.gens)
 
     @classmethod
     def decode(cls, e: EncodedEvent) -> CloseRequest:
         """Inverse of :meth:`encode`."""
-        return cls(int(e.payload["rid"]), np.frombuffer(e.data, dtype="<i8").astype(np.int64))
+        return cls(int(e.payload["rid"]), *_decode_slots(e))
 
 
 @final
@@ -280,20 +318,23 @@ class Evict:
     Attributes:
         request_id: the request that evicts.
         slots: the slots.
+        gens: their generations before the eviction (recorded by the ledger,
+            checked on replay), or ``None``.
     """
 
     op: ClassVar[str] = "evict"
     request_id: int
     slots: IntArray
+    gens: IntArray | None = None
 
     def encode(self) -> EncodedEvent:
-        """The journal encoding (slots as ``<i8``)."""
-        return EncodedEvent(self.op, {"rid": self.request_id}, self.slots.astype("<i8").tobytes())
+        """The journal encoding (slots, then their generations, as ``<i8``)."""
+        return _encode_slots(self.op, self.request_id, self.slots, self.gens)
 
     @classmethod
     def decode(cls, e: EncodedEvent) -> Evict:
         """Inverse of :meth:`encode`."""
-        return cls(int(e.payload["rid"]), np.frombuffer(e.data, dtype="<i8").astype(np.int64))
+        return cls(int(e.payload["rid"]), *_decode_slots(e))
 
 
 @final

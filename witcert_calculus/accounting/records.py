@@ -8,7 +8,8 @@ Main declarations:
 - :class:`EmpiricalPolicy`, :class:`EventKind`, :class:`Decision`
 - :class:`EventCounts`: admissions counted by :class:`EventKind`, plus saturated certificates.
 - :class:`Admission`, :class:`EntryAdmission`: acknowledgements of one admission.
-- :class:`Verdict`: a request's verdict.
+- :class:`Verdict`: a request's verdict; :func:`certified_by_evidence`, :func:`verdict_reason`:
+  no evidence, no certificate, and why a verdict is below ``CERTIFIED``.
 - :class:`LedgerStats`: aggregates over a whole ledger (what the Prometheus export shows),
   built from the accounts by :meth:`LedgerStats.of`.
 """
@@ -25,6 +26,7 @@ from witcert_calculus.accounting.entries import EntryCertification
 from witcert_calculus.accounting.slots import SlotState, SlotTable
 from witcert_calculus.contracts import Reading
 from witcert_calculus.drift.eprocess import EProcessState
+from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.tiers import Tier
 
 __all__ = [
@@ -36,6 +38,8 @@ __all__ = [
     "EventKind",
     "LedgerStats",
     "Verdict",
+    "certified_by_evidence",
+    "verdict_reason",
 ]
 
 
@@ -180,10 +184,13 @@ class EntryAdmission:
 class Verdict:
     """A request's verdict.
 
-    A request starts ``CERTIFIED`` (nothing uncertified has been used) and only
-    moves down: a restricted certificate or a saturated (vacuous) one caps it at
-    ``PARTIALLY_CERTIFIED``, an empirical reading used under
-    :attr:`EmpiricalPolicy.DEGRADE` sets it to ``EMPIRICAL``.
+    No evidence, no certificate: a request is ``CERTIFIED`` only when at least
+    one certificate (deterministic or probabilistic) was admitted into it and
+    nothing capped it; a request with no admission, or with empirical
+    fallbacks only, is ``EMPIRICAL``. Otherwise a restricted certificate or a
+    saturated (vacuous) one caps it at ``PARTIALLY_CERTIFIED``, and an empirical
+    reading used under :attr:`EmpiricalPolicy.DEGRADE` sets it to ``EMPIRICAL``.
+    Below ``CERTIFIED``, :attr:`reason` says why.
 
     Attributes:
         request_id: the account.
@@ -199,6 +206,13 @@ class Verdict:
         vacuous_steps: batches whose step bound reached the metric's saturation.
         worst_step_bound: largest step bound over the batches (0.0 if none).
         closed: whether the request was closed.
+        reason: why the tier is below ``CERTIFIED`` (``None`` when it is not);
+            see :func:`verdict_reason`.
+
+    Raises:
+        InvalidValueError: for a ``CERTIFIED`` tier without a certificate in
+            ``counts`` (no evidence, no certificate), or a reason that does not
+            match the tier (given for ``CERTIFIED``, missing below it).
     """
 
     request_id: int
@@ -213,11 +227,95 @@ class Verdict:
     vacuous_steps: int
     worst_step_bound: float
     closed: bool
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tier is Tier.CERTIFIED:
+            if self.counts.deterministic + self.counts.probabilistic == 0:
+                raise InvalidValueError("tier", self.tier.name, "no evidence, no certificate: "
+                                        "a verdict without an admitted certificate is not "
+                                        f"CERTIFIED ({verdict_reason(self.tier, self.counts)})")
+            if self.reason is not None:
+                raise InvalidValueError("reason", self.reason, "a CERTIFIED verdict has none")
+        elif self.reason is None:
+            raise InvalidValueError("reason", None, f"a {self.tier.name} verdict says why "
+                                    "(see verdict_reason)")
+
+    @property
+    def cap(self) -> Tier:
+        """The weakest cap of the admissions alone, before the no-evidence rule.
+
+        What a later certificate would leave the tier at: ``CERTIFIED`` for a request
+        with no admission or only empirical fallbacks (whose ``tier`` is ``EMPIRICAL``
+        for want of evidence), else :attr:`tier`. A fleet reduces it over its ranks.
+        """
+        c = self.counts
+        if c.deterministic + c.probabilistic + c.empirical_degraded == 0:
+            return Tier.CERTIFIED
+        return self.tier
 
     @property
     def remaining(self) -> Fraction:
         """``delta_req - spent`` (always > 0)."""
         return self.delta_req - self.spent
+
+
+def certified_by_evidence(tier: Tier, counts: EventCounts) -> Tier:
+    """The tier a request's admissions earn: ``tier``, but never ``CERTIFIED`` without evidence.
+
+    A request into which no certificate (deterministic or probabilistic) was
+    admitted has no metered bound behind it: with no admission, or with
+    empirical fallbacks only, it is ``EMPIRICAL``.
+
+    Example:
+        >>> certified_by_evidence(Tier.CERTIFIED, EventCounts())
+        <Tier.EMPIRICAL: 1>
+        >>> certified_by_evidence(Tier.CERTIFIED, EventCounts(deterministic=1))
+        <Tier.CERTIFIED: 3>
+    """
+    if counts.deterministic + counts.probabilistic == 0 and tier > Tier.EMPIRICAL:
+        return Tier.EMPIRICAL
+    return tier
+
+
+def verdict_reason(tier: Tier, counts: EventCounts, *, vacuous_steps: int = 0) -> str | None:
+    """Why a verdict of ``tier`` with these admissions is below ``CERTIFIED`` (``None`` if not).
+
+    Args:
+        tier: the verdict's tier.
+        counts: the request's admissions by kind.
+        vacuous_steps: entry batches whose step bound reached saturation.
+
+    Example:
+        >>> verdict_reason(Tier.EMPIRICAL, EventCounts())
+        'no evidence: no reading was admitted, so nothing certifies the request'
+        >>> verdict_reason(Tier.EMPIRICAL, EventCounts(empirical_fallback=2))
+        'no evidence: 2 empirical fallbacks (exact path) and no certificate were admitted'
+    """
+    if tier is Tier.CERTIFIED:
+        return None
+    certificates = counts.deterministic + counts.probabilistic
+    parts: list[str] = []
+    if counts.total == 0:
+        parts.append("no evidence: no reading was admitted, so nothing certifies the request")
+    elif certificates == 0 and counts.empirical_degraded == 0:
+        parts.append(f"no evidence: {counts.empirical_fallback} empirical fallback"
+                     f"{'s' if counts.empirical_fallback != 1 else ''} (exact path) and no "
+                     "certificate were admitted")
+    if counts.empirical_degraded:
+        parts.append(f"{counts.empirical_degraded} empirical reading"
+                     f"{'s' if counts.empirical_degraded != 1 else ''} used under DEGRADE"
+                     + (" and no certificate admitted" if certificates == 0 else ""))
+    if counts.saturated or vacuous_steps:
+        parts.append(f"{counts.saturated} saturated certificate"
+                     f"{'s' if counts.saturated != 1 else ''} and {vacuous_steps} vacuous "
+                     f"step{'s' if vacuous_steps != 1 else ''} (a bound at saturation says "
+                     "nothing)")
+    if not parts:
+        parts.append("a certificate held only on a decidable subset (restricted)"
+                     if tier is Tier.PARTIALLY_CERTIFIED else
+                     f"the request was capped at {tier.name}")
+    return "; ".join(parts)
 
 
 class _Tallied(Protocol):
@@ -306,7 +404,9 @@ class LedgerStats:
             1
             >>> s = LedgerStats.of(book, slots=table, events=1, sentinels=())
             >>> s.requests, s.open_requests, s.open_by_tier[0], s.slots[0]
-            (1, 1, (<Tier.CERTIFIED: 3>, 1), (<SlotState.UNWRITTEN: 0>, 2))
+            (1, 1, (<Tier.CERTIFIED: 3>, 0), (<SlotState.UNWRITTEN: 0>, 2))
+            >>> s.open_by_tier[2]  # nothing admitted yet: no evidence, no certificate
+            (<Tier.EMPIRICAL: 1>, 1)
         """
         counts = EventCounts()
         tiers = {Tier.CERTIFIED: 0, Tier.PARTIALLY_CERTIFIED: 0, Tier.EMPIRICAL: 0}

@@ -323,6 +323,15 @@ class SlotTable:
         with self._lock:
             return np.flatnonzero(self._owner == rid).astype(np.int64)
 
+    def generations(self, slots: IntArray) -> IntArray:
+        """The generations of validated ``slots`` as this table has applied them (no journal sync).
+
+        The ledger records them in the events that write or evict the slots, and
+        checks them again when it replays those events.
+        """
+        with self._lock:
+            return self._gen[slots].astype(np.int64)
+
     def check_writable(self, request_id: int, slots: npt.ArrayLike,
                        action: Literal["write", "evict"]) -> None:
         """Raise unless every slot is free or owned by ``request_id`` (no journal sync).

@@ -10,8 +10,10 @@ idempotency token, the slot table and the named drift sentinels
 change:
 
 - its ``*_event`` methods build an event and validate it against the state,
-  changing nothing; for an idempotency token admitted before they return the
-  recorded acknowledgement (a :class:`~witcert_calculus.accounting.eventlog.Recorded`);
+  changing nothing; for an idempotency token admitted before into the same
+  request they return the recorded acknowledgement (a
+  :class:`~witcert_calculus.accounting.eventlog.Recorded`), and refuse one
+  recorded for another request (:class:`~witcert_calculus.errors.TokenReusedError`);
 - its ``apply*`` methods apply an event, live or replayed from a journal, and
   refuse with :class:`~witcert_calculus.errors.JournalError` an event that does
   not follow the state, before anything changes.
@@ -37,7 +39,7 @@ from witcert_calculus.accounting.account import Accounts, EntryBatch
 from witcert_calculus.accounting.eventlog import Recorded
 from witcert_calculus.contracts import Reading
 from witcert_calculus.drift.eprocess import EProcess, EProcessState, Sentinels
-from witcert_calculus.errors import InvalidValueError, JournalError
+from witcert_calculus.errors import InvalidValueError, JournalError, TokenReusedError
 from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.accounting.events import (
     AddSentinel,
@@ -110,6 +112,17 @@ class LedgerState:
         """The acknowledgement recorded under an idempotency token, or ``None``."""
         return self._tokens.get(token)
 
+    def _recorded(self, request_id: object, token: str | None) -> Recorded[Admission] | None:
+        # A token names one admission of one request: a retry on that request gets the
+        # recorded acknowledgement, the same token on another request is refused.
+        if token is None or token not in self._tokens:
+            return None
+        adm = self._tokens[token]
+        if request_id != adm.request_id:
+            rid = self._accounts.get(request_id).request_id  # an int id ever opened
+            raise TokenReusedError(token, rid, adm.request_id)
+        return Recorded(adm)
+
     def stats(self, *, events: int) -> LedgerStats:
         """Aggregates over all requests, the slot table and the sentinels.
 
@@ -140,7 +153,8 @@ class LedgerState:
             UnknownRequestError: if the request is unknown or already closed.
         """
         rid = self._accounts.open_account(request_id).request_id
-        return CloseRequest(rid, self._slots.holdings(rid))
+        held = self._slots.holdings(rid)
+        return CloseRequest(rid, held, self._slots.generations(held))
 
     def admit_event(self, request_id: int, reading: Reading[Any], policy: EmpiricalPolicy, *,
                     token: str | None) -> Admit | Recorded[Admission]:
@@ -157,11 +171,13 @@ class LedgerState:
 
         Raises:
             UnknownRequestError: if the request is not open.
+            TokenReusedError: if ``token`` was recorded for another request.
             BudgetExceededError, AllowanceMovedError, InvalidValueError: as
                 :meth:`~witcert_calculus.accounting.account.Account.propose`.
         """
-        if token is not None and token in self._tokens:
-            return Recorded(self._tokens[token])
+        recorded = self._recorded(request_id, token)
+        if recorded is not None:
+            return recorded
         return self._accounts.open_account(request_id).propose(reading, policy, token=token)
 
     def admit_next_event(self, request_id: int, reading: Callable[[Fraction], Reading[Any]],
@@ -186,8 +202,9 @@ class LedgerState:
             BudgetExceededError, AllowanceMovedError: as
                 :meth:`~witcert_calculus.accounting.account.Account.propose`.
         """
-        if token is not None and token in self._tokens:
-            return Recorded(self._tokens[token])
+        recorded = self._recorded(request_id, token)
+        if recorded is not None:
+            return recorded
         acct = self._accounts.open_account(request_id)
         built: object = reading(acct.allowance)
         if not isinstance(built, Reading):
@@ -213,12 +230,15 @@ class LedgerState:
             BudgetExceededError, AllowanceMovedError, InvalidValueError: as
                 :meth:`~witcert_calculus.accounting.account.Account.propose`.
         """
-        if token is not None and token in self._tokens:
-            return Recorded(self._tokens[token])
+        recorded = self._recorded(request_id, token)
+        if recorded is not None:
+            return recorded
         acct = self._accounts.open_account(request_id)
+        gens = None
         if batch.slots is not None:
             self._slots.check_writable(acct.request_id, batch.slots, "write")
-        return batch.propose(acct, policy, token=token)
+            gens = self._slots.generations(batch.slots)
+        return batch.propose(acct, policy, token=token, gens=gens)
 
     def evict_event(self, request_id: int, slots: npt.NDArray[np.int64]) -> Evict:
         """The event that evicts validated ``slots`` on behalf of an open request.
@@ -229,7 +249,7 @@ class LedgerState:
         """
         rid = self._accounts.open_account(request_id).request_id
         self._slots.check_writable(rid, slots, "evict")
-        return Evict(rid, slots)
+        return Evict(rid, slots, self._slots.generations(slots))
 
     def sentinel_event(self, name: str, proto: EProcess) -> AddSentinel:
         """The event that creates sentinel ``name`` with the parameters of ``proto``.
@@ -250,6 +270,20 @@ class LedgerState:
         return Observe(name, batch)
 
     # ------------------------------------------------------------------ apply (live and replay)
+
+    def _check_gens(self, request_id: int, action: str, slots: npt.NDArray[np.int64],
+                    gens: npt.NDArray[np.int64] | None, where: str) -> None:
+        # A slot event names the generations it was built against; a replayed one that does
+        # not match the table (or names none) is refused before anything changes.
+        if gens is None or gens.shape != slots.shape:
+            raise JournalError(where, f"request {request_id}: its {action} of slots "
+                               f"{slots.tolist()} does not record their generations")
+        now = self._slots.generations(slots)
+        if not np.array_equal(now, gens):
+            k = int(np.argmax(now != gens))
+            raise JournalError(where, f"request {request_id}: its {action} names slot "
+                               f"{int(slots[k])} at generation {int(gens[k])}, but the slot is "
+                               f"at generation {int(now[k])}")
 
     def apply(self, ev: Event) -> None:
         """Apply an event of any kind (a replayed one).
@@ -281,8 +315,14 @@ class LedgerState:
         where = self._where()
         acct = self._accounts.live(charge.request_id, where=where)
         w = ev.write if isinstance(ev, AdmitEntries) else None
+        if w is not None:
+            self._check_gens(acct.request_id, "write", w.slots, w.gens, where)
         write = None if w is None else partial(self._slots.apply_write, self._key,
                                                acct.request_id, w.slots, w.keep, w.bounds)
+        if charge.token is not None and charge.token in self._tokens:
+            first = self._tokens[charge.token].request_id
+            raise JournalError(where, f"request {acct.request_id}: idempotency token "
+                               f"{charge.token!r} was already recorded for request {first}")
         adm = acct.apply(ev, where=where, before=write)
         if adm.token is not None:
             self._tokens[adm.token] = adm
@@ -295,12 +335,14 @@ class LedgerState:
         if not np.array_equal(np.sort(ev.slots), owned):
             raise JournalError(self._where(), f"request {acct.request_id}: its close releases "
                                f"slots {ev.slots.tolist()} but it owns slots {owned.tolist()}")
+        self._check_gens(acct.request_id, "close", ev.slots, ev.gens, self._where())
         self._slots.apply_evict(self._key, acct.request_id, owned)
         return acct.close()
 
     def apply_evict(self, ev: Evict) -> None:
         """Return the event's slots to ``UNWRITTEN``."""
         self._accounts.live(ev.request_id, where=self._where())
+        self._check_gens(ev.request_id, "evict", ev.slots, ev.gens, self._where())
         self._slots.apply_evict(self._key, ev.request_id, ev.slots)
 
     def apply_sentinel(self, ev: AddSentinel) -> None:

@@ -55,6 +55,7 @@ def verdict_attributes(verdict: Verdict) -> dict[str, Attribute]:
 
     Exact quantities appear twice: as exact text (``witcert.spent = "3/400"``) and as a
     float rounded toward the safe side (``witcert.spent_upper``, ``witcert.delta_req_lower``).
+    Below ``CERTIFIED``, ``witcert.reason`` says why.
 
     Args:
         verdict: the request's verdict.
@@ -71,7 +72,9 @@ def verdict_attributes(verdict: Verdict) -> dict[str, Attribute]:
         >>> led = RiskLedger()
         >>> a = verdict_attributes(led.verdict(led.open_request(delta_req="1/100")))
         >>> a["witcert.tier"], a["witcert.delta_req"], a["witcert.spent"]
-        ('CERTIFIED', '1/100', '0')
+        ('EMPIRICAL', '1/100', '0')
+        >>> a["witcert.reason"]  # no evidence, no certificate
+        'no evidence: no reading was admitted, so nothing certifies the request'
     """
     if not isinstance(verdict, Verdict):
         raise InvalidValueError("verdict", verdict, "must be a witcert_calculus Verdict")
@@ -98,6 +101,8 @@ def verdict_attributes(verdict: Verdict) -> dict[str, Attribute]:
     }
     if v.retained_fraction is not None:
         out["witcert.retained_fraction"] = str(v.retained_fraction)
+    if v.reason is not None:
+        out["witcert.reason"] = v.reason
     return out
 
 
@@ -137,7 +142,7 @@ class VerdictSpans:
         >>> r = led.open_request(delta_req="1/100")
         >>> _ = VerdictSpans(provider).emit(led.close_request(r))
         >>> [(s.name, s.attributes["witcert.tier"]) for s in exporter.get_finished_spans()]
-        [('witcert.request.verdict', 'CERTIFIED')]
+        [('witcert.request.verdict', 'EMPIRICAL')]
     """
 
     __slots__ = ("_tracer",)
