@@ -204,7 +204,7 @@ def decode_tiers_kernel(q_ptr: Any, k_ptr: Any, v_ptr: Any, w_ptr: Any, qn_ptr: 
                                tl.maximum(tl.abs(exact_v) * 0.00048828125,
                                           2.9802322387695312e-08))
                 err = tl.where(km, err, 0.0)
-                e_nan = tl.sum((err != err).to(tl.int32), axis=1) > 0  # max skips NaN
+                e_nan = tl.sum((err != err).to(tl.int32), axis=1) != 0  # max skips NaN
                 err = tl.where(err != err, 0.0, err)
                 e_top: Any = tl.max(err, axis=1)
                 e_div = tl.where(e_top > 0, e_top, 1.0)
@@ -240,12 +240,12 @@ def decode_tiers_kernel(q_ptr: Any, k_ptr: Any, v_ptr: Any, w_ptr: Any, qn_ptr: 
             y = tl.sum(prod, axis=1) * scale64
             # Triton's max and min skip NaN: a NaN witness is counted on its own, kept out of
             # the exactness test and the minimum, and makes the token's c_t NaN
-            w_nan = tl.sum((w != w).to(tl.int32), axis=1) > 0
+            w_nan = tl.sum((w != w).to(tl.int32), axis=1) != 0
             w_top = tl.max(tl.where(w != w, 0.0, w), axis=1)
             exact = (((tl.zeros((BLOCK,), tl.float64) + q_top) == 0.0) | (w_top == 0.0)) \
                 & ~w_nan & (q_nan == 0)
             c = tl.where(exact, 0.0, outward(y, c_gamma, c_alpha, exact))
-            c = tl.where(w_nan | (q_nan > 0), float("nan"), c)
+            c = tl.where(w_nan | (q_nan != 0), float("nan"), c)
             mx1, a1, mx2, a2, c_max, c_inf, bad = meter_step(mx1, a1, mx2, a2, c_max, c_inf,
                                                               bad, s64, c, valid)
             wm = valid[:, None] & (bi[None, :] < nbands)

@@ -106,7 +106,7 @@ def _store_kernel(x_ptr: Any, slot_ptr: Any, keep_ptr: Any, idx_ptr: Any, codes_
     # scale is NaN, as the torch port's amax gives (and the row check fails)
     a_nan = keep & (a != a)
     amax = tl.max(tl.where(keep & ~a_nan, tl.abs(a), 0.0), axis=1)  # [NB]
-    amax = tl.where(tl.sum(a_nan.to(tl.int32), axis=1) > 0, float("nan"), amax)
+    amax = tl.where(tl.sum(a_nan.to(tl.int32), axis=1) != 0, float("nan"), amax)
     q = amax / (qmax - 0.5)
     low = q.to(tl.float16)
     up = (low.to(tl.int16, bitcast=True) + 1).to(tl.float16, bitcast=True)
