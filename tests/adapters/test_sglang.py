@@ -622,6 +622,34 @@ def test_an_unwitnessed_slot_saturates_rather_than_reads_exact(sgl: dict[str, An
     assert bool(torch.isfinite(got.meter[0]).all())
 
 
+def test_a_nan_witness_never_reads_as_exact_inside_sglang(sgl: dict[str, Any]) -> None:
+    """Triton's max and min skip NaN: a slot's witnesses ``[nan, 0, ..., 0]`` once read as an
+    exact key inside SGLang's kernel (``c = 0``, no flag). Its request's rows are NaN and the
+    evidence is refused; the other requests' rows stay finite."""
+    from witcert_calculus.errors import PremiseError
+    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+
+    c = Case("gqa", seed=9)
+    with runtime.metering(ON) as rec:
+        assert rec is not None
+        pool = c.pool(sgl["mp"])
+        c.write(pool, 1)
+        k_buf, _ = c.buffers(pool, 1)
+        wit = rec.witness_of(k_buf)
+        assert wit is not None
+        slot = c.indices[int(c.indptr[3]) + 4]
+        wit[slot] = 0.0
+        wit[slot, :, 0] = math.nan
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "All-NaN slice encountered", RuntimeWarning)
+            c.decode(sgl["dec"], pool, 1)
+        got = rec.launches[0].bounds()
+    assert bool(torch.isnan(got.meter[3]).all()), got.meter[3]
+    assert bool(torch.isfinite(got.meter[:3]).all())
+    with pytest.raises(PremiseError):
+        got.basis.evidence(TV_EFORM_SOUND)
+
+
 def test_logits_the_witnesses_do_not_bound_are_refused(sgl: dict[str, Any]) -> None:
     c = Case("mha", seed=1)
     with runtime.metering(ON):
