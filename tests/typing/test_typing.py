@@ -11,10 +11,10 @@ is an error; pyright's strict mode rejects it through the site's default ``Never
 An expected mypy text may be found in the error or in the notes mypy prints with it (the
 overload variants), but a line must carry an error.
 
-The long-chain snippets are also checked as a user's CI checks them: ``mypy --strict`` and
-plain ``pyright``, each in its default settings (no configuration file anywhere above the
-folder they run in), where an over-long ``chain()`` must still be an error that says how
-to nest.
+The chain snippets (:data:`DEFAULTS`) are also checked as a user's CI checks them:
+``mypy --strict`` and plain ``pyright``, each in its default settings (no configuration
+file anywhere above the folder they run in), where an ill-typed or over-long ``chain()``
+must still be an error, the over-long one with a message that says how to nest.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SNIPPETS = Path(__file__).resolve().parent / "snippets"
 BIN = Path(sys.executable).parent
 EXPECT = re.compile(r"#\s*expect-(mypy|pyright):\s*(.*?)\s*(?=#\s*expect-|$)")
-DEFAULTS = ("good_long_chain_nested.py", "ill_long_chain.py", "ill_long_chain_wrong_metric.py")
+DEFAULTS = ("good_chain.py", "good_long_chain_nested.py", "ill_long_chain.py",
+            "ill_long_chain_wrong_metric.py", "ill_wrong_metric.py", "ill_wrong_site.py")
 MYPY_LINE = re.compile(r"(?:snippets/)?([\w.]+\.py):(\d+): (error|note): (.*)$")
 
 
