@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final, Generic, NoReturn, TypeVar, final, overload
 
-
 from witcert_calculus.errors import (
     InvalidValueError,
     MetricMismatchError,
@@ -585,6 +584,7 @@ Stage8Out = TypeVar("Stage8Out", bound=Metric[Any])
 
 #: The most stages one type-checked call of :func:`chain` takes; nest calls for more.
 CHAIN_MAX_STAGES: Final = 8
+
 
 @final
 class NestChainCallsBeyond8Stages:

@@ -178,8 +178,9 @@ ANCHORS: Final[tuple[Anchor, ...]] = (
         "            w_tok = tl.min(tl.where(band_mask[None, :] & (w == w), w, float(\"inf\")),\n"
         "                           axis=1)\n"
         "            blk_nan = tl.sum((valid & w_nan[None, :]).to(tl.int32), axis=1) > 0\n"
-        "            w_min = tl.where((w_min != w_min) | blk_nan, float(\"nan\"), tl.minimum(\n"
-        "                w_min, tl.min(tl.where(valid, w_tok[None, :], float(\"inf\")), axis=1)))\n"),
+        "            blk_min = tl.min(tl.where(valid, w_tok[None, :], float(\"inf\")), axis=1)\n"
+        "            w_min = tl.where((w_min != w_min) | blk_nan, float(\"nan\"),\n"
+        "                             tl.minimum(w_min, blk_min))\n"),
     Anchor(
         "meter partials per row and segment before the epilogue",
         "    # ---- Epilogue ---------------------------------------------------------\n",
