@@ -42,8 +42,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final, Generic, NoReturn, TypeVar, cast, final, overload
 
-from typing_extensions import deprecated
-
 from witcert_calculus.errors import (
     EvidenceMismatchError,
     InvalidValueError,
@@ -684,6 +682,19 @@ Stage8Out = TypeVar("Stage8Out", bound=Metric[Any])
 #: The most stages one type-checked call of :func:`chain` takes; nest calls for more.
 CHAIN_MAX_STAGES: Final = 8
 
+
+@final
+class NestChainCallsBeyond8Stages:
+    """No value has this type: it stands in the 9th place of :func:`chain`'s signature so
+    that a longer call names it. chain() type-checks up to 8 stages; nest the calls for
+    more: ``chain(chain(c1, ..., c8), c9, ...)``."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        raise TypeError("NestChainCallsBeyond8Stages has no values")
+
+
 @overload
 def chain(c1: Contract[Stage1In, Stage1Out_Stage2In],
           c2: Contract[Stage1Out_Stage2In, Stage2Out_Stage3In], /
@@ -733,23 +744,28 @@ def chain(c1: Contract[Stage1In, Stage1Out_Stage2In],
           c7: Contract[Stage6Out_Stage7In, Stage7Out_Stage8In],
           c8: Contract[Stage7Out_Stage8In, Stage8Out], /) -> Contract[Stage1In, Stage8Out]: ...
 @overload
-@deprecated("chain() type-checks up to 8 stages; nest the calls for more: "
-            "chain(chain(c1, ..., c8), c9, ...)")
-def chain(c1: Contract[Any, Any], c2: Contract[Any, Any], c3: Contract[Any, Any],
-          c4: Contract[Any, Any], c5: Contract[Any, Any], c6: Contract[Any, Any],
-          c7: Contract[Any, Any], c8: Contract[Any, Any], c9: Contract[Any, Any], /,
-          *more: Contract[Any, Any]) -> NoReturn: ...
+def chain(c1: Contract[Stage1In, Stage1Out_Stage2In],
+          c2: Contract[Stage1Out_Stage2In, Stage2Out_Stage3In],
+          c3: Contract[Stage2Out_Stage3In, Stage3Out_Stage4In],
+          c4: Contract[Stage3Out_Stage4In, Stage4Out_Stage5In],
+          c5: Contract[Stage4Out_Stage5In, Stage5Out_Stage6In],
+          c6: Contract[Stage5Out_Stage6In, Stage6Out_Stage7In],
+          c7: Contract[Stage6Out_Stage7In, Stage7Out_Stage8In],
+          c8: Contract[Stage7Out_Stage8In, Stage8Out],
+          nest_as_chain_of_chain_c1_to_c8_then_c9: NestChainCallsBeyond8Stages, /,
+          *more: NestChainCallsBeyond8Stages) -> NoReturn: ...
 
 
-def chain(*stages: Contract[Any, Any]) -> Contract[Any, Any]:
+def chain(*stages: Contract[Any, Any] | NestChainCallsBeyond8Stages) -> Contract[Any, Any]:
     """Compose stages in pipeline order: ``chain(c1, c2, c3) == c1 >> c2 >> c3``.
 
     Overloaded for 2 to :data:`CHAIN_MAX_STAGES` (8) stages so that the checkers verify
     each junction (a list-based pipeline would join invariant generics to ``object``).
     Longer pipelines nest: ``chain(chain(c1, ..., c8), c9, ...)`` is checked junction by
-    junction too. A longer call is refused: pyright reports the deprecation message with
-    that advice; mypy reports it with ``enable_error_code = deprecated`` (and otherwise an
-    error on the unusable result); at run time it raises.
+    junction too. A longer call is a type error under the checkers' default settings: its
+    9th place takes only :class:`NestChainCallsBeyond8Stages`, which no value has, so
+    pyright names that parameter (``nest_as_chain_of_chain_c1_to_c8_then_c9``) and type,
+    and mypy lists the overload with that type among the variants; at run time it raises.
 
     Raises:
         MetricMismatchError: naming the first junction whose metrics differ.
@@ -762,8 +778,13 @@ def chain(*stages: Contract[Any, Any]) -> Contract[Any, Any]:
             "stages", len(stages),
             f"chain() type-checks up to {CHAIN_MAX_STAGES} stages; nest the calls for more: "
             "chain(chain(c1, ..., c8), c9, ...)")
-    out = stages[0]
-    for s in stages[1:]:
+    contracts: list[Contract[Any, Any]] = []
+    for s in stages:
+        if not isinstance(s, Contract):
+            raise InvalidValueError("stage", s, "must be a Contract")
+        contracts.append(s)
+    out = contracts[0]
+    for s in contracts[1:]:
         out = _compose(out, s)
     return out
 

@@ -133,6 +133,8 @@ def decode_tiers_kernel(q_ptr: Any, k_ptr: Any, v_ptr: Any, w_ptr: Any, qn_ptr: 
     c_inf = tl.zeros((), tl.int32)
     bad = tl.zeros((), tl.int32)
     w_min = tl.full((), float("inf"), tl.float64)
+    w_nans = tl.zeros((), tl.int32)
+    q_nan = tl.zeros((), tl.int32)
     # Tier B: u_t from the block scales
     ux1 = tl.full((), float("-inf"), tl.float64)
     ux2 = tl.full((), float("-inf"), tl.float64)
@@ -147,7 +149,8 @@ def decode_tiers_kernel(q_ptr: Any, k_ptr: Any, v_ptr: Any, w_ptr: Any, qn_ptr: 
     q_top = tl.zeros((), tl.float64)
     if METER:
         qn = tl.load(qn_ptr + (b * heads + h) * nbands + bi, mask=bi < nbands, other=0.0)
-        q_top = tl.max(qn, axis=0)
+        q_nan = tl.sum((qn != qn).to(tl.int32), axis=0)  # max skips NaN: counted on its own
+        q_top = tl.max(tl.where(qn != qn, 0.0, qn), axis=0)
     q2 = tl.zeros((NBS,), tl.float64)
     qa = tl.zeros((NBS,), tl.float64)
     ql = tl.zeros((NBS,), tl.float64)
@@ -201,6 +204,8 @@ def decode_tiers_kernel(q_ptr: Any, k_ptr: Any, v_ptr: Any, w_ptr: Any, qn_ptr: 
                                tl.maximum(tl.abs(exact_v) * 0.00048828125,
                                           2.9802322387695312e-08))
                 err = tl.where(km, err, 0.0)
+                e_nan = tl.sum((err != err).to(tl.int32), axis=1) != 0  # max skips NaN
+                err = tl.where(err != err, 0.0, err)
                 e_top: Any = tl.max(err, axis=1)
                 e_div = tl.where(e_top > 0, e_top, 1.0)
                 sq = tl.sum((err / e_div[:, None]) * (err / e_div[:, None]), axis=1)
@@ -209,6 +214,7 @@ def decode_tiers_kernel(q_ptr: Any, k_ptr: Any, v_ptr: Any, w_ptr: Any, qn_ptr: 
                 cast_t = outward(tl.sqrt(sq) * e_top, bm_g, bm_a * e_top + tl.load(consts_ptr + 14),
                                   e_top == 0)
                 cast_t = tl.where(e_top == float("inf"), float("inf"), cast_t)
+                cast_t = tl.where(e_nan, float("nan"), cast_t)
         else:
             k = tl.load(k_ptr + row[:, None] * d + di[None, :], mask=km, other=0.0).to(tl.float32)
         s = tl.sum(k * q[None, :], axis=1) * scale  # float32 logits
@@ -232,12 +238,20 @@ def decode_tiers_kernel(q_ptr: Any, k_ptr: Any, v_ptr: Any, w_ptr: Any, qn_ptr: 
                         mask=valid[:, None] & (bi[None, :] < nbands), other=0.0).to(tl.float64)
             prod = tl.where(qn[None, :] == 0.0, 0.0, qn[None, :] * w)  # inf * 0 is 0
             y = tl.sum(prod, axis=1) * scale64
-            exact = ((tl.zeros((BLOCK,), tl.float64) + q_top) == 0.0) | (tl.max(w, axis=1) == 0.0)
+            # Triton's max and min skip NaN: a NaN witness is counted on its own, kept out of
+            # the exactness test and the minimum, and makes the token's c_t NaN
+            w_nan = tl.sum((w != w).to(tl.int32), axis=1) != 0
+            w_top = tl.max(tl.where(w != w, 0.0, w), axis=1)
+            exact = (((tl.zeros((BLOCK,), tl.float64) + q_top) == 0.0) | (w_top == 0.0)) \
+                & ~w_nan & (q_nan == 0)
             c = tl.where(exact, 0.0, outward(y, c_gamma, c_alpha, exact))
+            c = tl.where(w_nan | (q_nan != 0), float("nan"), c)
             mx1, a1, mx2, a2, c_max, c_inf, bad = meter_step(mx1, a1, mx2, a2, c_max, c_inf,
                                                               bad, s64, c, valid)
-            w_min = tl.minimum(w_min, tl.min(tl.min(tl.where(valid[:, None] & (bi[None, :] < nbands),
-                                                             w, float("inf")), axis=1), axis=0))
+            wm = valid[:, None] & (bi[None, :] < nbands)
+            w_min = tl.minimum(w_min, tl.min(tl.min(tl.where(wm & (w == w), w, float("inf")),
+                                                    axis=1), axis=0))
+            w_nans += tl.sum(tl.where(valid & w_nan, 1, 0), axis=0)
         if TIER_B:
             # Tier B: u_t of witcert_kernels.dither.tier_b_logit_bound from the stored scales
             sm = valid[:, None] & (bj[None, :] < nbs)
@@ -282,7 +296,7 @@ def decode_tiers_kernel(q_ptr: Any, k_ptr: Any, v_ptr: Any, w_ptr: Any, qn_ptr: 
         tl.store(base + 5, a2)
         tl.store(base + 7, c_max)
         tl.store(base + 8, c_inf.to(tl.float64))
-        tl.store(base + 9, w_min)
+        tl.store(base + 9, tl.where(w_nans > 0, float("nan"), w_min))
         tl.store(base + 10, bad.to(tl.float64))
     if TIER_B:
         tl.store(base + 11, ux1)

@@ -102,7 +102,11 @@ def _store_kernel(x_ptr: Any, slot_ptr: Any, keep_ptr: Any, idx_ptr: Any, codes_
     ch = b[:, None] * bs + j[None, :]
     a = tl.load(x_ptr + row * d + ch, mask=m, other=0.0).to(tl.float64)
     keep = tl.load(keep_ptr + head * d + ch, mask=m, other=0) != 0
-    amax = tl.max(tl.where(keep, tl.abs(a), 0.0), axis=1)  # [NB]
+    # Triton's max skips NaN: a block holding a NaN kept key is counted on its own and its
+    # scale is NaN, as the torch port's amax gives (and the row check fails)
+    a_nan = keep & (a != a)
+    amax = tl.max(tl.where(keep & ~a_nan, tl.abs(a), 0.0), axis=1)  # [NB]
+    amax = tl.where(tl.sum(a_nan.to(tl.int32), axis=1) != 0, float("nan"), amax)
     q = amax / (qmax - 0.5)
     low = q.to(tl.float16)
     up = (low.to(tl.int16, bitcast=True) + 1).to(tl.float16, bitcast=True)

@@ -58,7 +58,11 @@ def _witness_kernel(x_ptr: Any, xh_ptr: Any, perm_ptr: Any, out_ptr: Any, d: Any
     x = tl.load(x_ptr + row * d + ch, mask=m, other=0.0).to(tl.float64)
     xh = tl.load(xh_ptr + row * d + ch, mask=m, other=0.0).to(tl.float64)
     r = xh - x
-    band_max = tl.max(tl.abs(r), axis=1)  # [BANDS]
+    # Triton's max skips NaN: a NaN residual is counted on its own and makes every witness of
+    # the row NaN, as the twin's amax over the bands (which propagates NaN) does
+    r_nan = r != r
+    row_nans: Any = tl.sum(tl.sum(r_nan.to(tl.int32), axis=1), axis=0)
+    band_max = tl.max(tl.where(r_nan, 0.0, tl.abs(r)), axis=1)  # [BANDS]
     amax = tl.max(band_max, axis=0)
     div = tl.where(amax > 0, amax, 1.0)  # pyright: ignore[reportOperatorIssue]
     s = r / div
@@ -67,6 +71,7 @@ def _witness_kernel(x_ptr: Any, xh_ptr: Any, perm_ptr: Any, out_ptr: Any, d: Any
     up = (raised.to(tl.int64, bitcast=True) + 1).to(tl.float64, bitcast=True)  # next_up (> 0)
     finite = (y == y) & (tl.abs(y) < float("inf"))
     val = tl.where(finite, tl.where(band_max == 0, 0.0, up), y)
+    val = tl.where(row_nans != 0, float("nan"), val)
     v32 = val.to(tl.float32)
     low = v32.to(tl.float64) < val
     v32 = tl.where(low, (v32.to(tl.int32, bitcast=True) + 1).to(tl.float32, bitcast=True), v32)

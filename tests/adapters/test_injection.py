@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
 
 from witcert_adapters.injection import MANIFEST, Anchor, active_patches, applied_patch, \
-    apply_anchors, patch_file, sha256_file
+    apply_anchors, patch_file, patch_files, sha256_file
 from witcert_calculus.errors import InjectionError, InvalidValueError
 
 SOURCE = "def f(x):\n    y = x + 1\n    return y\n\n\ndef g(x):\n    return x * 2\n"
@@ -90,3 +91,60 @@ def test_reverting_what_is_not_applied_is_an_error(source: Path) -> None:
     p.revert()
     with pytest.raises(InjectionError, match="no patch of 'a'"):
         p.revert()
+
+
+def _three(tmp_path: Path) -> list[Path]:
+    files = [tmp_path / "a" / "one.py", tmp_path / "a" / "two.py", tmp_path / "b" / "three.py"]
+    for f in files:
+        f.parent.mkdir(exist_ok=True)
+        f.write_bytes(SOURCE.encode())
+    return files
+
+
+def test_patch_files_checks_every_anchor_of_every_file_first(tmp_path: Path) -> None:
+    files = _three(tmp_path)
+    stamps = [f.stat().st_mtime_ns for f in files]
+    broken = (*A, Anchor("missing", "not there\n", "x\n"))
+    with pytest.raises(InjectionError, match="three.py: anchor 'missing'"):
+        patch_files([(files[0], A), (files[1], B), (files[2], broken)], owner="o")
+    assert [f.read_bytes() for f in files] == [SOURCE.encode()] * 3
+    assert [f.stat().st_mtime_ns for f in files] == stamps
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == [
+        "one.py", "three.py", "two.py"]
+    done = patch_files([(files[0], A), (files[1], B), (files[2], A)], owner="o")
+    assert [active_patches(f) for f in files] == [("o",)] * 3
+    for p in reversed(done):
+        p.revert()
+    assert [f.read_bytes() for f in files] == [SOURCE.encode()] * 3
+    assert not any(p.name.startswith(".witcert") for p in tmp_path.rglob("*"))
+
+
+def test_a_journal_entry_is_settled_by_the_file_it_describes(
+        source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.replace
+    calls: list[str] = []
+
+    def dying(src: object, dst: object) -> None:
+        calls.append(str(dst))
+        if len(calls) == 3:  # journal, file, then the manifest that records it: dies
+            raise OSError("simulated crash")
+        real(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", dying)
+    with pytest.raises(OSError, match="simulated crash"):
+        patch_file(source, A, owner="a")
+    monkeypatch.undo()
+    assert calls[1] == str(source) and "hook(y)" in source.read_text()
+    assert active_patches(source) == ("a",)  # committed from the journal: the file was written
+    applied_patch(source, A, owner="a").revert()
+    assert source.read_bytes() == SOURCE.encode()
+    assert not (source.parent / MANIFEST).exists()
+    # a journal entry whose file is neither before nor after is not settled blindly
+    monkeypatch.setattr(os, "replace", dying)
+    calls.clear()
+    with pytest.raises(OSError, match="simulated crash"):
+        patch_file(source, A, owner="a")
+    monkeypatch.undo()
+    source.write_text(source.read_text() + "# edited\n")
+    with pytest.raises(InjectionError, match="changed behind the journal"):
+        active_patches(source)

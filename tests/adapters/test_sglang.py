@@ -18,7 +18,10 @@ import enum
 import hashlib
 import importlib
 import importlib.machinery
+import json
 import math
+import os
+import shutil
 import sys
 import types
 import warnings
@@ -36,7 +39,7 @@ pytest.importorskip("triton")
 # scripts/setup.sh installs SGLang into the test environment: its absence is a failure, not a skip
 import sglang  # noqa: E402,F401
 
-from witcert_adapters.injection import Anchor, active_patches, apply_anchors, \
+from witcert_adapters.injection import MANIFEST, Anchor, active_patches, apply_anchors, \
     patch_file  # noqa: E402
 from witcert_adapters.sglang import installer as inst  # noqa: E402
 from witcert_adapters.sglang import runtime  # noqa: E402
@@ -346,6 +349,121 @@ def test_the_installer_refuses_a_radix_cache_without_generation_checks(tmp_path:
     assert list(tmp_path.iterdir()) == []  # nothing was touched
 
 
+FILES = (inst.DECODE, inst.EXTEND, inst.POOL)  # the installer's order
+
+
+def _sglang_copy(tmp_path: Path) -> Path:
+    """The installed SGLang's three patched files, pristine, copied under a ``sglang`` folder."""
+    root = inst.sglang_root()
+    if any(active_patches(root / f) for f in FILES):
+        pytest.skip("the installed SGLang files carry a patch now (another run's fixture)")
+    base = tmp_path / "sglang"
+    for f in FILES:
+        (base / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / f, base / f)
+    return base
+
+
+def _state(base: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``base`` (manifests and temporary files included): bytes, mtime."""
+    return {str(p.relative_to(base)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+def test_a_broken_anchor_in_the_last_file_writes_no_byte_of_any(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every anchor of every file is checked before any byte is written: the last anchor of
+    the third file changed upstream leaves all three files (and their folders) as they were,
+    and no write of any kind was made, not even one rolled back."""
+    base = _sglang_copy(tmp_path)
+    last = inst.pool_anchors()[-1]
+    pool = base / inst.POOL
+    pool.write_bytes(pool.read_bytes().replace(last.old.encode(),
+                                               last.old[:-1].encode() + b"  # changed\n"))
+    before = _state(base)
+    writes: list[str] = []
+    real_replace, real_bytes, real_text = os.replace, Path.write_bytes, Path.write_text
+
+    def replace(src: Any, dst: Any) -> None:
+        writes.append(f"replace {dst}")
+        real_replace(src, dst)
+
+    def write_bytes(self: Path, data: Any) -> int:
+        writes.append(f"write_bytes {self}")
+        return real_bytes(self, data)
+
+    def write_text(self: Path, data: str, *args: Any, **kwargs: Any) -> int:
+        writes.append(f"write_text {self}")
+        return real_text(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    monkeypatch.setattr(Path, "write_text", write_text)
+    with pytest.raises(InjectionError, match=rf"memory_pool.py: anchor '{last.name}' found 0"):
+        inst.install(radix_cache=False, generation_checks=False, root=base)
+    monkeypatch.undo()
+    assert writes == []
+    assert _state(base) == before
+
+
+@pytest.mark.parametrize("crash, then", [("install", "install"), ("install", "uninstall"),
+                                         ("uninstall", "uninstall")])
+def test_a_crash_between_a_file_and_its_manifest_is_repaired_by_the_next_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash: str, then: str) -> None:
+    """``os.replace`` (and unlink) fail for good right after the first file is replaced (the
+    process dies there): the file is written, its manifest does not record it yet (a journal entry
+    does). The next install completes the install; the next uninstall restores every file
+    byte for byte and leaves no manifest, journal or temporary file behind."""
+    base = _sglang_copy(tmp_path)
+    files = [base / f for f in FILES]
+    pristine = _state(base)
+    if crash == "uninstall":
+        inst.install(radix_cache=False, generation_checks=False, root=base)
+    real_replace = os.replace
+    replaced: list[Path] = []
+
+    def dying(src: Any, dst: Any) -> None:
+        if replaced:
+            raise OSError("simulated crash")
+        real_replace(src, dst)
+        if Path(dst) in files:
+            replaced.append(Path(dst))
+
+    real_unlink = Path.unlink
+
+    def dying_unlink(self: Path, missing_ok: bool = False) -> None:
+        # the last patch of a folder reverted removes the manifest instead of replacing it
+        if replaced:
+            raise OSError("simulated crash")
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(os, "replace", dying)
+    monkeypatch.setattr(Path, "unlink", dying_unlink)
+    with pytest.raises(OSError, match="simulated crash"):
+        if crash == "install":
+            inst.install(radix_cache=False, generation_checks=False, root=base)
+        else:
+            inst.installed(root=base).revert()
+    monkeypatch.undo()
+    (first,) = replaced
+    manifest = json.loads((first.parent / MANIFEST).read_text())
+    assert manifest[first.name]["pending"]["op"] == {"install": "apply",
+                                                     "uninstall": "revert"}[crash]
+    assert ("witcert" in first.read_text()) == (crash == "install")
+    if then == "install":
+        done = inst.install(radix_cache=False, generation_checks=False, root=base)
+        assert [active_patches(f) for f in files] == [(inst.OWNER,)] * 3
+        assert all("_witcert_rt" in f.read_text() for f in files)
+        assert all("pending" not in v for f in files
+                   for v in json.loads((f.parent / MANIFEST).read_text()).values())
+        done.revert()
+    else:
+        inst.installed(root=base).revert()
+    after = _state(base)
+    assert sorted(after) == sorted(pristine)  # no manifest, journal or temporary file left
+    assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in pristine.items()}
+
+
 def test_switch_off_kernels_are_bit_identical_to_upstream(sgl: dict[str, Any]) -> None:
     assert runtime.active() is None
     for kind, val in sgl["pristine"].items():
@@ -502,6 +620,34 @@ def test_an_unwitnessed_slot_saturates_rather_than_reads_exact(sgl: dict[str, An
         got = rec.launches[0].bounds()
     assert bool(torch.isinf(got.log_a[3]).all()) and bool((got.meter[3] >= 1).all())
     assert bool(torch.isfinite(got.meter[0]).all())
+
+
+def test_a_nan_witness_never_reads_as_exact_inside_sglang(sgl: dict[str, Any]) -> None:
+    """Triton's max and min skip NaN: a slot's witnesses ``[nan, 0, ..., 0]`` once read as an
+    exact key inside SGLang's kernel (``c = 0``, no flag). Its request's rows are NaN and the
+    evidence is refused; the other requests' rows stay finite."""
+    from witcert_calculus.errors import PremiseError
+    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+
+    c = Case("gqa", seed=9)
+    with runtime.metering(ON) as rec:
+        assert rec is not None
+        pool = c.pool(sgl["mp"])
+        c.write(pool, 1)
+        k_buf, _ = c.buffers(pool, 1)
+        wit = rec.witness_of(k_buf)
+        assert wit is not None
+        slot = c.indices[int(c.indptr[3]) + 4]
+        wit[slot] = 0.0
+        wit[slot, :, 0] = math.nan
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "All-NaN slice encountered", RuntimeWarning)
+            c.decode(sgl["dec"], pool, 1)
+        got = rec.launches[0].bounds()
+    assert bool(torch.isnan(got.meter[3]).all()), got.meter[3]
+    assert bool(torch.isfinite(got.meter[:3]).all())
+    with pytest.raises(PremiseError):
+        got.basis.evidence(TV_EFORM_SOUND)
 
 
 def test_logits_the_witnesses_do_not_bound_are_refused(sgl: dict[str, Any]) -> None:

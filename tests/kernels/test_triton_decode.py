@@ -5,6 +5,7 @@ merge to the same bounds."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -223,3 +224,62 @@ def test_the_kernels_bounds_become_readings_with_computed_premises() -> None:
     with pytest.raises(PremiseError):
         broken.basis.evidence(TV_EFORM_SOUND)
 
+
+
+def _plant(c: Paged, q: torch.Tensor, what: str, where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A NaN in request 1's kv head 0, every other entry it shares a reduction with lossless
+    (0), so that a NaN-skipping max or min would read the token or the query as exact."""
+    w, q = c.w.clone(), q.clone()
+    sl = c.slots_of(1)
+    if what == "witness":
+        rows = {"band": sl[2:3], "token": sl[2:3], "head": sl}[where]
+        w[rows, 0] = 0.0
+        w[rows, 0, 0 if where != "token" else slice(None)] = math.nan
+    else:  # the query of head 0 (kv head 0): one channel, one band, or the whole head
+        q[1, 0] = 0.0
+        ch = {"band": [3], "token": [3, 20], "head": list(range(q.shape[-1]))}[where]
+        q[1, 0, ch] = math.nan
+    return w, q
+
+
+@pytest.mark.parametrize("where", ["band", "token", "head"])
+@pytest.mark.parametrize("what", ["witness", "query"])
+def test_a_nan_never_reads_as_zero(what: str, where: str) -> None:
+    """Triton's max and min skip NaN: a witness ``[nan, 0, 0, 0]`` once read as exact
+    (``c_t = 0``, no flag, ``witness_min = 0``). A NaN in any witness or query entry makes
+    the row's meter NaN in the kernel as in the torch twin, and refuses the evidence."""
+    from witcert_calculus.errors import PremiseError
+    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+
+    c = Paged([20, 9], kv_heads=2, d=32, page=1, seed=2)
+    q = torch.randn(2, 4, 32, generator=torch.Generator().manual_seed(0))
+    w, q = _plant(c, q, what, where)
+    with warnings.catch_warnings():
+        # the interpreter reduces with numpy's nanmax, which warns on a slice of NaN only
+        # (the attention output's own max over a NaN query's logits)
+        warnings.filterwarnings("ignore", "All-NaN slice encountered", RuntimeWarning)
+        got = fused_decode(q, c.k_hat, c.v, w, layout=LAYOUT, kv_indptr=c.indptr,
+                           kv_indices=c.indices,
+                           seq_lens=torch.tensor(c.lens, dtype=torch.int32),
+                           page_size=1, scale=0.125, max_tokens=20, block=16)
+    hit = [(1, 0)] if what == "query" else [(1, 0), (1, 1)]  # heads 0, 1 read kv head 0
+    sl = c.slots_of(1)
+    for b, h in hit:
+        qh = q[b, h].double()
+        p_hat = torch.softmax((c.k_hat[sl, 0].double() @ qh) * 0.125, 0)
+        try:  # the torch twin: a NaN bound or a refusal, never a finite number
+            lb = logit_bound(qh, w[sl, 0].double(), scale=0.125, layout=LAYOUT)
+            twin = tv_bounds_batch(p_hat, lb, visible=torch.tensor(len(sl))).meter
+            assert not bool(torch.isfinite(twin)), (b, h, float(twin))
+        except InvalidValueError as e:
+            assert "NaN" in str(e)
+        assert bool(torch.isnan(got.meter[b, h])), (b, h, float(got.meter[b, h]))
+        assert bool(torch.isnan(got.log_a[b, h]))
+    rest = torch.ones_like(got.meter, dtype=torch.bool)
+    for b, h in hit:
+        rest[b, h] = False
+    assert bool(torch.isfinite(got.meter[rest]).all())
+    if what == "witness":
+        assert bool(torch.isnan(got.witness_min[1, :2]).all()), got.witness_min
+    with pytest.raises(PremiseError):
+        got.basis.evidence(TV_EFORM_SOUND)

@@ -477,3 +477,54 @@ def test_tier_b_readings_are_partially_certified_on_their_assumptions() -> None:
     assumed = assumptions_of(issued.evidence)
     for a in (NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM, STORED_ENCODING):
         assert a in assumed
+
+
+@pytest.mark.parametrize("where", ["band", "token", "head"])
+@pytest.mark.parametrize("what", ["scale", "query", "pooled scale"])
+def test_tier_b_a_nan_never_reads_as_zero(what: str, where: str) -> None:
+    """A NaN block scale (its neighbours 0, so that a NaN-skipping max reads the token as
+    lossless) or a NaN query entry makes the row's Tier-B meter NaN, in the kernel (over
+    stored keys and over the dithered pool) as in the torch twin, and refuses the evidence."""
+    import warnings
+
+    q = torch.randn(2, 2, D, generator=torch.Generator().manual_seed(0))
+    if what == "pooled scale":
+        p = Pool([20, 9], kv_heads=2, page=1, seed=3)
+        t = torch.arange(9)
+        sl = p.indices[int(p.indptr[1]):int(p.indptr[2])].to(torch.int64)[t]
+        s = p.pool.scales
+    else:
+        c = Store([20, 9], kv_heads=2, page=1, seed=2, dtype=torch.float32)
+        sl = c.slots_of(1)
+        s = c.scales.clone()
+    if what == "query":
+        q[1, 0] = 0.0
+        q[1, 0, {"band": [7], "token": [7, 20], "head": list(range(D))}[where]] = math.nan
+    else:
+        rows = sl if where == "head" else sl[2:3]
+        s[rows, 0] = 0.0
+        s[rows, 0, slice(None) if where == "token" else 0] = math.nan
+    with warnings.catch_warnings():
+        # the interpreter reduces with numpy's nanmax, which warns on a slice of NaN only
+        warnings.filterwarnings("ignore", "All-NaN slice encountered", RuntimeWarning)
+        if what == "pooled scale":
+            got = fused_decode_pool(q, p.pool, p.v, key_dtype=torch.float32,
+                                    **p.common())  # type: ignore[arg-type]
+        else:
+            got = c.run(q, scales=s, witness=True)
+    assert bool(torch.isnan(got.tier_b.meter[1, 0])), got.tier_b.meter
+    assert bool(torch.isfinite(got.tier_b.meter[0]).all())
+    assert bool(torch.isfinite(got.tier_b.meter[1, 1]))
+    with pytest.raises(PremiseError):
+        got.tier_b.basis.evidence(TV_EFORM_SOUND)
+    if what != "pooled scale":
+        qh = q[1, 0].double()
+        n = torch.tensor([len(sl)])
+        p_hat = torch.softmax((c.k[sl, 0].double() @ qh) * 0.25, 0)
+        try:  # the torch twin: a NaN bound or a refusal, never a finite number
+            u = tier_b_logit_bound(qh.view(1, -1), s[sl, 0], c.cast[sl, 0], scale=0.25,
+                                   delta_loc=DELTA, visible=n, exact=c.exact[0])
+            twin = tv_bounds_batch(p_hat.view(1, -1), u, visible=n).meter
+            assert not bool(torch.isfinite(twin).any()), twin
+        except InvalidValueError as e:
+            assert "NaN" in str(e) or "nan" in str(e), e

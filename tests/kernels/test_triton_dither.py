@@ -184,3 +184,44 @@ def test_a_pool_is_checked_when_made() -> None:
     with pytest.raises(InvalidValueError, match="seed"):
         DitherPool.empty(slots=4, kv_heads=2, head_dim=32, block_size=16, exact=exact,
                          seed=2**64, layer=0)
+
+
+@pytest.mark.parametrize("where", ["band", "token", "head"])
+def test_a_nan_key_never_stores_a_zero_scale(where: str) -> None:
+    """Triton's max skips NaN: a NaN key in a block whose other keys are 0 once stored the
+    scale 0 (a lossless block). The block's scale is NaN (the torch port's amax propagates
+    it), the row check fails, and a decode over the pool reads NaN, not a certificate."""
+    import math
+    import warnings
+
+    from witcert_calculus.errors import PremiseError
+    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+    from witcert_kernels.triton_decode import fused_decode_pool
+
+    x = _keys(6, 2, 32, torch.float32)
+    pool = _pool(x, slots=6, block=16, m=0, layout=RopeLayout.HALF_SPLIT)
+    rows = slice(None) if where == "head" else slice(2, 3)
+    x[rows, 0] = 0.0
+    if where == "band":
+        x[rows, 0, 3] = math.nan  # block 0 of 2
+    else:
+        x[rows, 0] = math.nan
+    flags = dither_store(pool, x, torch.arange(6), check=False)
+    assert not bool(flags[rows, 0].any()) and bool(flags[:, 1].all())
+    s = pool.scales[rows, 0].float()
+    assert bool(torch.isnan(s[..., 0]).all()), s
+    if where == "band":
+        assert bool((s[..., 1] == 0).all())  # the block without a NaN: lossless
+    assert bool(torch.isfinite(pool.scales[:, 1]).all())
+    q = torch.randn(1, 2, 32, generator=torch.Generator().manual_seed(1))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "All-NaN slice encountered", RuntimeWarning)
+        got = fused_decode_pool(q, pool, torch.randn(6, 2, 32).half(), key_dtype=torch.float32,
+                                delta_loc=1e-3, kv_indptr=torch.tensor([0, 6], dtype=torch.int32),
+                                kv_indices=torch.arange(6, dtype=torch.int32),
+                                seq_lens=torch.tensor([6], dtype=torch.int32), page_size=1,
+                                scale=0.25, max_tokens=6)
+    assert bool(torch.isnan(got.tier_b.meter[0, 0]))
+    assert bool(torch.isfinite(got.tier_b.meter[0, 1]))
+    with pytest.raises(PremiseError):
+        got.tier_b.basis.evidence(TV_EFORM_SOUND)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import mpmath as mp
 import numpy as np
 import pytest
@@ -93,3 +95,32 @@ def test_bad_arguments_are_typed_errors(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(InvalidValueError, match="TRITON_INTERPRET=1"):
         witness_write(k, k, bands=1, layout=RopeLayout.HALF_SPLIT)
+
+
+@pytest.mark.parametrize("where", ["band", "token", "head"])
+@pytest.mark.parametrize("side", ["k", "k_hat"])
+def test_a_nan_residual_never_reads_as_zero(side: str, where: str) -> None:
+    """Triton's max skips NaN: a NaN residual in a band whose other entries are 0 once gave
+    the row ``[nan, 0, 0, 0]``; the kernel gives what the torch twin gives (whose amax over the
+    bands propagates NaN): every witness of that row NaN, every other row its own value."""
+    import warnings
+
+    g = torch.Generator().manual_seed(1)
+    k = torch.randn(5, 2, 16, generator=g)
+    k_hat = k + 0.01 * torch.randn(5, 2, 16, generator=g)
+    layout = RopeLayout.HALF_SPLIT
+    band0 = band_channels(16, bands=4, layout=layout)[0]
+    rows = slice(None) if where == "head" else slice(2, 3)
+    k_hat[rows, 0] = k[rows, 0]  # a lossless token: every band 0
+    target = k if side == "k" else k_hat
+    if where == "band":
+        target[rows, 0, int(band0[0])] = math.nan
+    else:
+        target[rows, 0, :] = math.nan
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "All-NaN slice encountered", RuntimeWarning)
+        got = witness_write(k, k_hat, bands=4, layout=layout)
+    want = _twin(k, k_hat, 4, layout)
+    assert torch.equal(torch.isnan(got), torch.isnan(want)), (got[:, 0], want[:, 0])
+    assert bool(torch.isnan(got[rows, 0]).all())
+    assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(want.to(got.dtype)))

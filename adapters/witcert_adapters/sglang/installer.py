@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, final
 
-from witcert_adapters.injection import Anchor, FilePatch, applied_patch, patch_file
+from witcert_adapters.injection import Anchor, FilePatch, active_patches, applied_patch, \
+    patch_files
 from witcert_calculus.errors import EngineMismatchError
 
 __all__ = ["DECODE", "EXTEND", "OWNER", "POOL", "Installed", "decode_anchors", "extend_anchors",
@@ -300,8 +301,11 @@ def install(*, radix_cache: bool, generation_checks: bool, root: Path | None = N
 
     Raises:
         EngineMismatchError: the radix cache without generation checks.
-        InjectionError: an upstream block not found as expected (nothing is written to that
-            file; files patched before it are reverted).
+        InjectionError: an upstream block not found as expected in any file (checked in
+            every file before any byte is written: nothing is written).
+
+    A file already carrying this adapter's patch (an install a crash interrupted) is kept,
+    so that calling :func:`install` again completes it; :func:`installed` reverts it.
     """
     if radix_cache and not generation_checks:
         raise EngineMismatchError(
@@ -309,17 +313,19 @@ def install(*, radix_cache: bool, generation_checks: bool, root: Path | None = N
             "a radix cache that shares and reuses compressed slots with no generation checks "
             "(a witness could outlive its slot's occupant)")
     base = sglang_root() if root is None else root
-    done: list[FilePatch] = []
-    try:
-        for path, anchors in _targets(base):
-            done.append(patch_file(path, anchors, owner=OWNER))
-    except BaseException:
-        Installed(tuple(done)).revert()
-        raise
-    return Installed(tuple(done))
+    targets = _targets(base)
+    # a file this adapter already patched (an install a crash interrupted, settled from the
+    # journal) is kept; every anchor of every other file is checked before any is written
+    kept = {path: applied_patch(path, anchors, owner=OWNER) for path, anchors in targets
+            if OWNER in active_patches(path)}
+    fresh = iter(patch_files([(p, a) for p, a in targets if p not in kept], owner=OWNER))
+    return Installed(tuple(kept[p] if p in kept else next(fresh) for p, _ in targets))
 
 
 def installed(*, root: Path | None = None) -> Installed:
-    """The adapter's patches as applied (in this or another process), to revert them."""
+    """The adapter's patches as applied (in this or another process), to revert them: every
+    file that carries one (an install a crash interrupted may have patched only some; a
+    journal entry it left is settled first)."""
     base = sglang_root() if root is None else root
-    return Installed(tuple(applied_patch(p, a, owner=OWNER) for p, a in _targets(base)))
+    return Installed(tuple(applied_patch(p, a, owner=OWNER) for p, a in _targets(base)
+                           if OWNER in active_patches(p)))

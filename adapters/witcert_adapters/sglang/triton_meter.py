@@ -91,14 +91,22 @@ def meter_block(qn: Any, mx0: Any, a0: Any, mx1: Any, a1: Any, mx2: Any, a2: Any
                      + bi[None, :], mask=wmask, other=0.0).to(tl.float64)  # [N, NB]
     prod = tl.where(qn[:, None, :] == 0.0, 0.0, qn[:, None, :] * w[None, :, :])  # inf * 0 is 0
     y = tl.sum(prod, axis=2) * scale  # [R, N]
-    q_top: Any = tl.max(qn, axis=1)
-    w_top: Any = tl.max(w, axis=1)
-    exact = (q_top[:, None] == 0.0) | (w_top[None, :] == 0.0)
+    # Triton's max and min skip NaN: a NaN band norm or witness is counted on its own, kept
+    # out of the exactness test and the minimum, and makes c_t and the row's w_min NaN
+    q_nan: Any = tl.sum((qn != qn).to(tl.int32), axis=1) != 0  # [R]
+    w_nan: Any = tl.sum((wmask & (w != w)).to(tl.int32), axis=1) != 0  # [N]
+    q_top: Any = tl.max(tl.where(qn != qn, 0.0, qn), axis=1)
+    w_top: Any = tl.max(tl.where(w != w, 0.0, w), axis=1)
+    exact = ((q_top[:, None] == 0.0) | (w_top[None, :] == 0.0)) & ~q_nan[:, None] \
+        & ~w_nan[None, :]
     c = tl.where(exact, 0.0, outward(y, c_gamma, c_alpha, exact))
+    c = tl.where(q_nan[:, None] | w_nan[None, :], float("nan"), c)
     mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, bad = _accumulate(
         mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, bad, s.to(tl.float64), c, valid)
-    wv: Any = tl.min(tl.where(wmask, w, float("inf")), axis=1)  # [N]
-    w_min = tl.minimum(w_min, tl.min(tl.where(valid, wv[None, :], float("inf")), axis=1))
+    wv: Any = tl.min(tl.where(wmask & (w == w), w, float("inf")), axis=1)  # [N]
+    blk_min = tl.min(tl.where(valid, wv[None, :], float("inf")), axis=1)  # [R]
+    blk_nan = tl.sum((valid & w_nan[None, :]).to(tl.int32), axis=1) != 0  # [R]
+    w_min = tl.where((w_min != w_min) | blk_nan, float("nan"), tl.minimum(w_min, blk_min))
     return (qn, mx0, a0, mx1, a1, mx2, a2, s_abs, c_max, c_inf, w_min, bad)
 
 

@@ -120,7 +120,10 @@ ANCHORS: Final[tuple[Anchor, ...]] = (
         "            mask=query_mask_0[:, None] & query_mask_1[:, None] & band_mask[None, :],\n"
         "            other=0.0,\n"
         "        )\n"
-        "        q_top = tl.max(qn, axis=1)\n"
+        "        # Triton's max and min skip NaN: a NaN band norm or witness is counted on its\n"
+        "        # own, kept out of the exactness test and the minimum, and makes c_t NaN\n"
+        "        q_nan = tl.sum((qn != qn).to(tl.int32), axis=1) > 0\n"
+        "        q_top = tl.max(tl.where(qn != qn, 0.0, qn), axis=1)\n"
         "        m_scale = tl.load(meter_consts_ptr + 0)\n"
         "        m_gamma = tl.load(meter_consts_ptr + 1)\n"
         "        m_alpha = tl.load(meter_consts_ptr + 2)\n"
@@ -158,8 +161,12 @@ ANCHORS: Final[tuple[Anchor, ...]] = (
         "            ).to(tl.float64)\n"
         "            prod = tl.where(qn[:, None, :] == 0.0, 0.0, qn[:, None, :] * w[None, :, :])\n"
         "            y = tl.sum(prod, axis=2) * m_scale\n"
-        "            exact = (q_top[:, None] == 0.0) | (tl.max(w, axis=1)[None, :] == 0.0)\n"
+        "            w_nan = tl.sum((w != w).to(tl.int32), axis=1) > 0\n"
+        "            w_top = tl.max(tl.where(w != w, 0.0, w), axis=1)\n"
+        "            exact = (((q_top[:, None] == 0.0) | (w_top[None, :] == 0.0))\n"
+        "                     & ~q_nan[:, None] & ~w_nan[None, :])\n"
         "            c = tl.where(exact, 0.0, _outward(y, m_gamma, m_alpha, exact))\n"
+        "            c = tl.where(q_nan[:, None] | w_nan[None, :], float(\"nan\"), c)\n"
         "            # the meter's helpers reduce over axis 0: tokens first\n"
         "            s64 = tl.trans(S.to(tl.float64))\n"
         "            valid_t = tl.trans(valid)\n"
@@ -168,9 +175,12 @@ ANCHORS: Final[tuple[Anchor, ...]] = (
         "            mx1, a1, mx2, a2, c_max, c_inf, bad = _meter_step(\n"
         "                mx1, a1, mx2, a2, c_max, c_inf, bad, s64, tl.trans(c), valid_t)\n"
         "            n_vis += tl.sum(valid.to(tl.int32), axis=1)\n"
-        "            w_tok = tl.min(tl.where(band_mask[None, :], w, float(\"inf\")), axis=1)\n"
-        "            w_min = tl.minimum(\n"
-        "                w_min, tl.min(tl.where(valid, w_tok[None, :], float(\"inf\")), axis=1))\n"),
+        "            w_tok = tl.min(tl.where(band_mask[None, :] & (w == w), w, float(\"inf\")),\n"
+        "                           axis=1)\n"
+        "            blk_nan = tl.sum((valid & w_nan[None, :]).to(tl.int32), axis=1) > 0\n"
+        "            blk_min = tl.min(tl.where(valid, w_tok[None, :], float(\"inf\")), axis=1)\n"
+        "            w_min = tl.where((w_min != w_min) | blk_nan, float(\"nan\"),\n"
+        "                             tl.minimum(w_min, blk_min))\n"),
     Anchor(
         "meter partials per row and segment before the epilogue",
         "    # ---- Epilogue ---------------------------------------------------------\n",

@@ -299,6 +299,20 @@ def case_edges() -> dict[str, Any]:
     w[blocks[3], offs[3], 0, 1] = math.nan
     _, nan = _metered(c, witness=w)
     assert bool(torch.isnan(nan.meter[0, 0]))
+    # Triton's max and min skip NaN: [nan, 0, 0, 0] once read as an exact token (c = 0)
+    for planted in (0, slice(None)):
+        w = c.witness.clone()
+        w[blocks[3], offs[3], 0] = 0.0
+        w[blocks[3], offs[3], 0, planted] = math.nan
+        _, nan = _metered(c, witness=w)
+        assert bool(torch.isnan(nan.meter[0, 0])), nan.meter
+        assert bool(torch.isfinite(nan.meter[1:]).all()) and bool(torch.isfinite(nan.meter[0, 1]))
+        try:
+            nan.basis.evidence(TV_EFORM_SOUND)
+        except PremiseError:
+            pass
+        else:
+            raise AssertionError("a NaN witness must refuse the evidence")
     neg = c.witness.clone()
     neg[blocks[0], offs[0], 1, 0] = -1.0
     _, bad = _metered(c, witness=neg)
