@@ -27,10 +27,11 @@ def test_theorem_name() -> None:
 _fin = st.floats(-1e3, 1e3, allow_nan=False)
 
 
-@given(w=_fin, m=_fin, c=st.floats(1e-6, 1e6), kappa=st.floats(0.01, 3.0))
+@given(u=st.floats(-1.0, 1.0), m=_fin, c=st.floats(1e-6, 1e6), kappa=st.floats(0.01, 3.0))
 @settings(max_examples=200, deadline=None)
-def test_log_factor_against_mpmath(w: float, m: float, c: float, kappa: float) -> None:
+def test_log_factor_against_mpmath(u: float, m: float, c: float, kappa: float) -> None:
     mpmath.mp.dps = 50
+    w = m + 0.999 * u * math.sqrt(c)  # within the null range |w - m| <= sqrt(c)
     lam = 4 * mpmath.mpf(kappa) / mpmath.sqrt(mpmath.mpf(c))
     ref = lam * (mpmath.mpf(w) - mpmath.mpf(m)) - lam**2 * mpmath.mpf(c) / 8
     got = float(log_factors([w], [m], [c], kappa=kappa)[0])
@@ -54,9 +55,9 @@ def test_hoeffding_factor_is_supermartingale_worst_case() -> None:
 def test_scalar_vectorised_and_resumed_are_identical() -> None:
     rng = np.random.default_rng(7)
     n = 500
-    w = rng.uniform(-1, 1, n)
     m = rng.uniform(-0.1, 0.1, n)
     c = rng.uniform(0.5, 4.0, n)
+    w = m + rng.uniform(-1, 1, n) * np.sqrt(c)  # within the null range
     a = EProcess(delta=0.01, kappa=0.3)
     for i in range(n):
         a.observe(float(w[i]), m=float(m[i]), c=float(c[i]))
@@ -188,3 +189,83 @@ def test_shape_mismatch_is_typed() -> None:
     with pytest.raises(InvalidValueError, match="m, c"):
         p.observe_many([0.1, 0.2], m=[[0.0], [0.0]], c=1.0)
     assert p.steps == 0
+
+
+@pytest.mark.parametrize(("w", "m", "c", "match"), [
+    (1e308, 0.0, 1.0, "w="),                # far above m + sqrt(c): log M_t would overflow
+    (-1e308, 0.0, 1.0, "w="),               # far below m - sqrt(c)
+    (1.5, 0.0, 1.0, "w="),                  # just outside the stated range
+    (1e308, -1e308, 1.0, "w="),             # w - m overflows
+    (0.0, 0.0, 1e-320, "c="),               # lambda^2 overflows: the log-factor is not finite
+])
+def test_observation_outside_the_null_range_is_refused(w: float, m: float, c: float,
+                                                       match: str) -> None:
+    """Under the null ``W_e`` lies in an interval of width ``sqrt(C_e)`` holding ``m_e``; an
+    observation outside ``[m - sqrt(c), m + sqrt(c)]`` (or one whose log-factor is not
+    finite) is a typed error, and the process keeps working: it is never silenced."""
+    p = EProcess(delta=0.01)
+    p.observe(0.1, m=0.0, c=1.0)
+    before = p.state
+    with pytest.raises(InvalidValueError, match=match):
+        p.observe(w, m=m, c=c)
+    with pytest.raises(InvalidValueError, match=match):
+        p.observe_many([0.1, w], m=m, c=c)
+    with pytest.raises(InvalidValueError, match=match):
+        log_factors([w], m, c)
+    assert p.state == before
+    assert any(p.observe(1.0, m=0.0, c=1.0) for _ in range(40))  # still alarms on drift
+    assert math.isfinite(p.log_value) and math.isfinite(p.state.slack)
+
+
+def test_range_ends_are_accepted() -> None:
+    p = EProcess(delta=0.01)
+    p.observe_many([1.0, -1.0, 3.0], m=[0.0, 0.0, 1.0], c=[1.0, 1.0, 4.0])
+    assert p.steps == 3 and math.isfinite(p.log_value)
+
+
+def test_kappa_is_capped() -> None:
+    with pytest.raises(InvalidValueError, match="kappa"):
+        EProcess(delta=0.1, kappa=1e300)
+    with pytest.raises(InvalidValueError, match="kappa"):
+        EProcess(delta=0.1, kappa=True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field,value", [("log_value", math.inf), ("log_value", -math.inf),
+                                         ("log_value", math.nan), ("slack", math.inf),
+                                         ("slack", -1.0), ("steps", -1), ("alarm_step", 0),
+                                         ("alarm_step", 5), ("kappa", math.inf),
+                                         ("delta", 1.0)])
+def test_state_refuses_non_finite_fields(field: str, value: float) -> None:
+    good = {"kappa": 0.5, "delta": 0.01, "log_value": 0.0, "slack": 0.0, "steps": 2,
+            "alarm_step": None}
+    with pytest.raises(InvalidValueError, match=field):
+        EProcessState(**{**good, field: value})  # type: ignore[arg-type]
+    text = EProcessState(**good).to_json().replace(  # type: ignore[arg-type]
+        '"log_value": "0x0.0p+0"', '"log_value": "inf"')
+    with pytest.raises(InvalidValueError, match="log_value"):
+        EProcessState.from_json(text)
+
+
+def test_ledger_sentinel_is_never_silenced(tmp_path: object) -> None:
+    """Through the ledger: the overflowing observation is refused before it is journaled, and
+    a journal restored afterwards holds the same finite state, which still alarms."""
+    from pathlib import Path
+
+    from witcert_calculus.ledger import RiskLedger
+
+    path = Path(str(tmp_path)) / "j.sqlite"
+    led = RiskLedger(journal=path)
+    led.add_sentinel("s", delta=0.01)
+    led.observe("s", [0.1], m=0.0, c=1.0)
+    state = led.sentinel("s")
+    with pytest.raises(InvalidValueError, match="w="):
+        led.observe("s", [1e308], m=0.0, c=1.0)
+    assert led.sentinel("s") == state
+    led.close()
+    again = RiskLedger(journal=path)
+    assert again.sentinel("s") == state
+    for _ in range(40):
+        if again.observe("s", [1.0], m=0.0, c=1.0).alarm_step is not None:
+            break
+    assert again.sentinel("s").alarm_step is not None
+    again.close()

@@ -13,7 +13,17 @@ supermartingale with ``M_0 = 1``. By Ville's inequality
 ``log M_t >= ln(1/delta_e)`` has false-alarm probability at most ``delta_e``
 at every stopping time, however long the stream runs (Lean:
 ``WitCert.Ledger.ville_finite_tree``). ``kappa`` must be declared before any
-data is seen; it is fixed at construction.
+data is seen; it is fixed at construction, in ``(0, KAPPA_MAX]``.
+
+Stated range of an observation. Under the null ``W_e`` lies in an interval of width
+``sqrt(C_e)`` that holds its promised mean ``m_e``, so ``|W_e - m_e| <= sqrt(C_e)``; then
+``|lambda_e (W_e - m_e)| <= 4 kappa`` and every log-factor lies in
+``[-4 kappa - 2 kappa^2, 4 kappa - 2 kappa^2]``. An observation outside that range (or
+one whose log-factor is not a finite float, e.g. ``C_e`` so small that ``lambda_e^2``
+overflows) is refused with an :class:`~witcert_calculus.errors.InvalidValueError` naming
+it, before anything is folded in: an overflow never turns ``log M_t`` into ``inf`` or
+``NaN``, which would silence the alarm for good. A state restored from a journal or JSON
+holds finite values only (:class:`EProcessState` checks them).
 
 The product is kept in log space (no overflow, no clamping). Floating-point
 rounding of the running sum is tracked by a first-order error bound, and the
@@ -44,9 +54,16 @@ import numpy.typing as npt
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import VILLE_FINITE_TREE
 from witcert_calculus.numerics.rounding import STEP_SLACK
-from witcert_calculus.numerics.validation import open_level, positive_finite
+from witcert_calculus.numerics.validation import (
+    UNIT_ROUNDOFF,
+    nonneg_int,
+    open_level,
+    positive_finite,
+    real,
+)
 
 __all__ = [
+    "KAPPA_MAX",
     "EProcess",
     "EProcessState",
     "Sentinels",
@@ -61,9 +78,17 @@ VILLE_THEOREM: Final = VILLE_FINITE_TREE
 
 FloatArray = npt.NDArray[np.float64]
 
+KAPPA_MAX: Final = 2.0**20
+"""Largest declared ``kappa``. Any ``kappa > 1`` is already dominated (the best
+``lambda`` for a deviation ``d <= sqrt(C)`` is ``4 d / C``, i.e. ``kappa = d / sqrt(C) <= 1``);
+the cap keeps ``|log g_e| <= 4 kappa + 2 kappa^2`` far from overflow over any stream."""
+
+#: Relative room on ``|w - m| <= sqrt(c)`` for the rounding of ``w - m`` and ``sqrt(c)``.
+_RANGE_ROOM: Final = 1.0 + 8 * UNIT_ROUNDOFF
+
 
 def _check_kappa(kappa: float) -> float:
-    return positive_finite("kappa", kappa)
+    return real("kappa", kappa, lo=0.0, hi=KAPPA_MAX, lo_open=True)
 
 
 def _check_delta(delta: float | Fraction) -> float:
@@ -91,8 +116,9 @@ def log_factors(
         ``log g_e`` as a float64 array of the broadcast shape.
 
     Raises:
-        InvalidValueError: for NaN or infinite ``w``/``m``, ``c <= 0`` or
-            ``kappa <= 0``.
+        InvalidValueError: for NaN or infinite ``w``/``m``, ``c <= 0``, ``kappa``
+            outside ``(0, KAPPA_MAX]``, a ``w`` outside ``[m - sqrt(c), m + sqrt(c)]``, or a
+            log-factor that is not finite.
 
     Example:
         >>> float(log_factors([1.0], [1.0], [1.0], kappa=0.5)[0])
@@ -110,9 +136,30 @@ def log_factors(
     ok = np.isfinite(ca) & (ca > 0)
     if not bool(ok.all()):
         raise InvalidValueError("c", _first_bad(ca, ok), "must be finite and > 0")
-    lam = 4.0 * k / np.sqrt(ca)
-    out: FloatArray = lam * (wa - ma) - lam * lam * ca / 8.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        inside = np.abs(wa - ma) <= np.sqrt(ca) * _RANGE_ROOM
+        if not bool(inside.all()):
+            i = int(np.flatnonzero(~inside.ravel())[0])
+            _out_of_range(float(wa.flat[i]), float(ma.flat[i]), float(ca.flat[i]))
+        lam = 4.0 * k / np.sqrt(ca)
+        out: FloatArray = lam * (wa - ma) - lam * lam * ca / 8.0
+    fin = np.isfinite(out)
+    if not bool(fin.all()):
+        i = int(np.flatnonzero(~fin.ravel())[0])
+        _not_finite(float(ca.flat[i]), k)
     return out
+
+
+def _out_of_range(w: float, m: float, c: float) -> None:
+    raise InvalidValueError("w", w, f"must lie in the null range [m - sqrt(c), m + sqrt(c)] "
+                            f"with m={m!r}, c={c!r} (|w - m| <= sqrt(c)); an observation "
+                            "outside it is not one the certificate describes")
+
+
+def _not_finite(c: float, kappa: float) -> None:
+    raise InvalidValueError("c", c, f"gives a log-factor that is not a finite float "
+                            f"(lambda = 4 kappa / sqrt(c) with kappa={kappa!r} overflows); "
+                            "rescale the statistic")
 
 
 def log_paths(
@@ -200,6 +247,19 @@ class EProcessState:
     steps: int
     alarm_step: int | None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kappa", _check_kappa(self.kappa))
+        object.__setattr__(self, "delta", _check_delta(self.delta))
+        object.__setattr__(self, "log_value", real("log_value", self.log_value))
+        object.__setattr__(self, "slack", real("slack", self.slack, lo=0.0))
+        object.__setattr__(self, "steps", nonneg_int("steps", self.steps))
+        if self.alarm_step is not None:
+            a = nonneg_int("alarm_step", self.alarm_step)
+            if not 1 <= a <= self.steps:
+                raise InvalidValueError("alarm_step", self.alarm_step,
+                                        f"must lie in [1, steps={self.steps}] or be None")
+            object.__setattr__(self, "alarm_step", a)
+
     def to_json(self) -> str:
         """Serialize exactly (floats as hexadecimal), e.g. for a journal."""
         return json.dumps({
@@ -213,7 +273,8 @@ class EProcessState:
         """Inverse of :meth:`to_json`.
 
         Raises:
-            InvalidValueError: if the text is not a serialized state.
+            InvalidValueError: if the text is not a serialized state, or a field is not
+                finite or out of range (the field is named).
         """
         try:
             d = json.loads(text)
@@ -223,13 +284,10 @@ class EProcessState:
                 log_value=float.fromhex(d["log_value"]), slack=float.fromhex(d["slack"]),
                 steps=int(d["steps"]), alarm_step=None if alarm is None else int(alarm),
             )
+        except InvalidValueError:
+            raise  # a field out of range, named by the state's own checks
         except (ValueError, KeyError, TypeError) as exc:
             raise InvalidValueError("state", text, f"is not a serialized EProcessState ({exc})") from exc
-        _check_kappa(state.kappa)
-        _check_delta(state.delta)
-        if not (math.isfinite(state.log_value) and math.isfinite(state.slack) and state.slack >= 0
-                and state.steps >= 0):
-            raise InvalidValueError("state", text, "holds non-finite or negative fields")
         return state
 
 
@@ -328,16 +386,26 @@ class EProcess:
         """Validate one observation and return its log-factor, without changing the process.
 
         Raises:
-            InvalidValueError: for NaN/infinite ``w`` or ``m``, or ``c`` not finite and > 0.
+            InvalidValueError: for NaN/infinite ``w`` or ``m``, ``c`` not finite and > 0,
+                ``w`` outside ``[m - sqrt(c), m + sqrt(c)]`` or a log-factor that is not finite.
         """
-        wf, mf, cf = float(w), float(m), float(c)
+        wf, mf, cf = (real(n, v, allow_inf=True) if not isinstance(v, float) else v
+                      for n, v in (("w", w), ("m", m), ("c", c)))
         if not math.isfinite(wf):
             raise InvalidValueError("w", w, "must be finite")
         if not math.isfinite(mf):
             raise InvalidValueError("m", m, "must be finite")
         if not (math.isfinite(cf) and cf > 0):
             raise InvalidValueError("c", c, "must be finite and > 0")
-        return _log_factor(wf, mf, cf, self._kappa)
+        if not abs(wf - mf) <= math.sqrt(cf) * _RANGE_ROOM:
+            _out_of_range(wf, mf, cf)
+        try:
+            lf = _log_factor(wf, mf, cf, self._kappa)
+        except OverflowError:
+            lf = math.inf
+        if not math.isfinite(lf):
+            _not_finite(cf, self._kappa)
+        return lf
 
     def observe(self, w: float, *, m: float, c: float) -> bool:
         """Fold in one observation in O(1); return whether the alarm has fired.
@@ -351,7 +419,7 @@ class EProcess:
             ``True`` once ``log M_t - slack >= ln(1/delta_e)`` has held at some step.
 
         Raises:
-            InvalidValueError: for NaN/infinite ``w`` or ``m``, or ``c`` not finite and > 0.
+            InvalidValueError: as :meth:`check`; nothing is folded in then.
         """
         lf = self.check(w, m=m, c=c)
         self._steps += 1
