@@ -63,7 +63,7 @@ from witcert_calculus.lean.theorems import (
     SOFTMAX_TV_TANH_SOUND,
     WITNESS_SOUND,
 )
-from witcert_calculus.numerics.validation import exact, float_up, positive_int
+from witcert_calculus.numerics.validation import FLOAT_MAX, exact, float_up, positive_int
 from witcert_calculus.schemas import Claim, Schema, _builtin  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.tiers import Measurement
 
@@ -275,7 +275,8 @@ def score_bridge(site: type[S], *, scale: Number, q_norm_max: Number
         q_norm_max: the largest query norm the bound covers, >= 0.
 
     Raises:
-        InvalidValueError: on a non-finite or negative argument, or ``scale == 0``.
+        InvalidValueError: on a non-finite or negative argument, ``scale == 0``, or a
+            product ``scale * q_norm_max`` above the largest float.
 
     Example:
         >>> from witcert_calculus import AtConsume
@@ -285,8 +286,11 @@ def score_bridge(site: type[S], *, scale: Number, q_norm_max: Number
     sc = exact(scale, "scale")
     if sc == 0:
         raise InvalidValueError("scale", scale, "must be > 0")
-    return SCHEMAS["score_bridge"].issue(site, scale=sc,
-                                         q_norm_max=exact(q_norm_max, "q_norm_max"))
+    q = exact(q_norm_max, "q_norm_max")
+    if sc * q > FLOAT_MAX:
+        raise InvalidValueError("scale * q_norm_max", f"{scale!r} * {q_norm_max!r}",
+                                "must not exceed the largest float (the slope a)")
+    return SCHEMAS["score_bridge"].issue(site, scale=sc, q_norm_max=q)
 
 
 def softmax_tv_eform(site: type[S]) -> Contract[LogitLinf[S], AttentionTV[S]]:

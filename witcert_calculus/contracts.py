@@ -69,7 +69,7 @@ from witcert_calculus.tiers import (
     decide_tier,
     theorems_of,
 )
-from witcert_calculus.numerics.validation import exact, float_up, number
+from witcert_calculus.numerics.validation import exact, float_up, number, real
 
 __all__ = [
     "Contract",
@@ -129,7 +129,12 @@ class Transfer:
         return str(self.kind.value)
 
     def __call__(self, x: float) -> float:
-        """Evaluate at ``x >= 0`` with 50 digits, rounded up to a float (inf on overflow)."""
+        """Evaluate at ``x >= 0`` with 50 digits, rounded up to a float (inf on overflow).
+
+        Raises:
+            InvalidValueError: if ``x`` is not a real number, is NaN or is negative.
+        """
+        x = real("x", x, lo=0.0, allow_inf=True)
         mp = _mpmath()
         with mp.workdps(50):
             xv = mp.mpf(x)
@@ -833,6 +838,9 @@ class Reading(Generic[M]):
         if math.isnan(raw) or raw < info.lo:
             raise InvalidValueError("raw", self.raw, f"must be a number >= {info.lo} for "
                                     f"{metric_name(self.metric)}")
+        if self.regime is not Regime.BOUND and raw > info.hi:  # e.g. a measured TV above 1
+            raise InvalidValueError("raw", self.raw, f"must be <= {info.hi} for a "
+                                    f"{self.regime.value} of {metric_name(self.metric)}")
         if info.saturation is None and raw > info.hi and not (
                 math.isinf(raw) and self.regime is Regime.BOUND):
             raise InvalidValueError("raw", self.raw, f"must be <= {info.hi} for "

@@ -83,7 +83,7 @@ from witcert_calculus.accounting.records import (
 )
 from witcert_calculus.accounting.slots import SlotTable
 from witcert_calculus.accounting.state import LedgerState
-from witcert_calculus.numerics.validation import integer
+from witcert_calculus.numerics.validation import request_id as request_id_of
 from witcert_calculus.tiers import Evidence
 
 __all__ = [
@@ -178,6 +178,8 @@ class RiskLedger:
         """Raise unless ``request_id`` is an open request.
 
         Raises:
+            InvalidValueError: if ``request_id`` is not a request id (an int, not bool, in
+                ``[1, 2**63 - 1]``).
             UnknownRequestError: for an id never opened, or already closed.
         """
         if not self._state.accounts.is_open(request_id):
@@ -198,9 +200,11 @@ class RiskLedger:
         Raises:
             InvalidValueError: if ``delta_req`` is outside (0, 1), NaN or infinite.
             ReusedRequestIdError: if ``request_id`` does not exceed the last id.
+            InvalidValueError: if ``request_id`` is not an int (numpy integers too; not
+                bool) in ``[1, 2**63 - 1]``.
         """
         budget = Probability.budget(delta_req)
-        want = None if request_id is None else integer("request_id", request_id)
+        want = None if request_id is None else request_id_of("request_id", request_id)
         return self._log.commit(lambda: self._state.open_event(budget, want),
                                 self._state.apply_open)
 

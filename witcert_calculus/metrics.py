@@ -43,6 +43,7 @@ from witcert_calculus.errors import (
     NotAMetricError,
     UnregisteredMetricError,
 )
+from witcert_calculus.numerics.validation import nonempty_text, real
 
 __all__ = [
     "AtConsume",
@@ -172,10 +173,12 @@ def register_metric(
         >>> @register_metric(unit="bits", meaning="code length excess")
         ... class CodeExcess(Metric[S]): ...
     """
-    if not unit.strip():
-        raise InvalidValueError("unit", unit, "must be a non-empty string")
-    if not meaning.strip():
-        raise InvalidValueError("meaning", meaning, "must be a non-empty string")
+    nonempty_text("unit", unit)
+    nonempty_text("meaning", meaning)
+    lo = real("lo", lo, allow_inf=True)
+    hi = real("hi", hi, allow_inf=True)
+    if saturation is not None:
+        saturation = real("saturation", saturation)
     if math.isnan(lo) or math.isnan(hi) or lo > hi or lo == math.inf:
         raise InvalidValueError("(lo, hi)", (lo, hi), "must satisfy lo <= hi, not NaN")
     if saturation is not None and not (lo <= saturation <= hi) or (
@@ -279,7 +282,7 @@ def same_metric(left: object, right: object) -> bool:
 def check_value(metric: object, value: float, *, what: str) -> float:
     """Validate that ``value`` lies in the metric's declared range; return it as float."""
     info = metric_info(metric)
-    v = float(value)
+    v = real(what, value, allow_inf=True)
     if math.isnan(v) or not (info.lo <= v <= info.hi) or math.isinf(v):
         raise InvalidValueError(what, value,
                                 f"must be finite and in [{info.lo}, {info.hi}] for {metric_name(metric)}")

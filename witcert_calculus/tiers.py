@@ -55,7 +55,7 @@ from witcert_calculus.lean.theorems import (
     WEAKEST_LE_LEFT,
     WEAKEST_LE_RIGHT,
 )
-from witcert_calculus.numerics.validation import nonempty_text, positive_int
+from witcert_calculus.numerics.validation import nonempty_text, positive_int, real
 
 __all__ = [
     "Assumption",
@@ -106,7 +106,7 @@ def weakest(first: Tier, *rest: Tier) -> Tier:
         <Tier.EMPIRICAL: 1>
     """
     out = first
-    for t in rest:
+    for t in (first, *rest):
         if not isinstance(t, Tier):
             raise InvalidValueError("tier", t, "must be a Tier")
         out = min(out, t)
@@ -340,9 +340,13 @@ class Measurement:
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if not self.description.strip():
+        if not isinstance(self.description, str) or not self.description.strip():
             raise InvalidValueError("description", self.description, "must describe the measurement")
         positive_int("samples", self.samples)
+        if not isinstance(self.extra, tuple) or not all(
+                isinstance(kv, tuple) and len(kv) == 2 and all(isinstance(x, str) for x in kv)
+                for kv in self.extra):
+            raise InvalidValueError("extra", self.extra, "must be a tuple of (key, value) text pairs")
 
 
 @final
@@ -389,12 +393,14 @@ def decide_tier(evidence: Evidence, *, value: float | None = None,
         saturation: the metric's saturation value, if it has one.
 
     Returns:
-        ``SATURATED`` for a proved bound at or above saturation, otherwise
+        ``SATURATED`` for a proved bound at or above saturation, or infinite (an infinite
+        bound says nothing, whether or not the metric saturates), otherwise
         ``CERTIFIED`` / ``PARTIALLY_CERTIFIED`` / ``EMPIRICAL`` for a
         :class:`Proof` / :class:`Restricted` / :class:`Measurement`.
 
     Raises:
-        InvalidValueError: if ``value`` is NaN or evidence is of an unknown kind.
+        InvalidValueError: if ``value`` is not a real number, NaN or ``-inf``, if
+            ``saturation`` is not a finite real, or evidence is of an unknown kind.
 
     Example:
         >>> from witcert_calculus import AtConsume, AttentionTV, identity
@@ -402,11 +408,15 @@ def decide_tier(evidence: Evidence, *, value: float | None = None,
         >>> decide_tier(proof, value=1.0, saturation=1.0)
         <Tier.SATURATED: 0>
     """
-    if value is not None and math.isnan(value):
-        raise InvalidValueError("value", value, "must not be NaN")
-    if value is not None and saturation is not None and value >= saturation:
-        if not isinstance(evidence, Measurement):
-            return Tier.SATURATED
+    if value is not None:
+        value = real("value", value, allow_inf=True)
+        if value == -math.inf:
+            raise InvalidValueError("value", value, "must not be -inf (a bound on an error)")
+    if saturation is not None:
+        saturation = real("saturation", saturation)
+    if value is not None and not isinstance(evidence, Measurement) and (
+            value == math.inf or (saturation is not None and value >= saturation)):
+        return Tier.SATURATED
     return _intrinsic(evidence)
 
 

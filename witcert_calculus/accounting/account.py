@@ -80,7 +80,7 @@ from witcert_calculus.accounting.records import (
 )
 from witcert_calculus.accounting.slots import SlotTable
 from witcert_calculus.lean.theorems import ENTRY_FALLBACK_SOUND
-from witcert_calculus.numerics.validation import integer
+from witcert_calculus.numerics.validation import REQUEST_ID_MAX, request_id as _request_id
 from witcert_calculus.tiers import Composition, Evidence, Tier, decide_tier, weakest
 
 __all__ = [
@@ -485,13 +485,14 @@ class Accounts:
 
         Raises:
             ReusedRequestIdError: if ``want`` does not exceed the last id.
-            InvalidValueError: if ``want`` is below 1.
+            InvalidValueError: if ``want`` is not a request id (an int, not bool, in
+                ``[1, 2**63 - 1]``; :func:`~witcert_calculus.numerics.validation.request_id`).
         """
-        rid = self._last_id + 1 if want is None else want
+        rid = self._last_id + 1 if want is None else _request_id("request_id", want)
         if rid <= self._last_id:
             raise ReusedRequestIdError(rid, self._last_id)
-        if rid < 1:
-            raise InvalidValueError("request_id", rid, "must be >= 1")
+        if rid > REQUEST_ID_MAX:  # the assigned ids ran out (a journal that used the last one)
+            raise InvalidValueError("request_id", rid, "must lie in [1, 2**63 - 1] (a request id)")
         return rid
 
     def add(self, request_id: int, budget: Probability, *, where: str) -> int:
@@ -507,8 +508,13 @@ class Accounts:
         return request_id
 
     def is_open(self, request_id: object) -> bool:
-        """Whether ``request_id`` is an int naming an open account."""
-        acct = self._by_id.get(request_id) if isinstance(request_id, int) else None
+        """Whether ``request_id`` names an open account.
+
+        Raises:
+            InvalidValueError: if ``request_id`` is not a request id (one rule everywhere:
+                :func:`~witcert_calculus.numerics.validation.request_id`).
+        """
+        acct = self._by_id.get(_request_id("request_id", request_id))
         return acct is not None and not acct.closed
 
     def get(self, request_id: object) -> Account:
@@ -518,7 +524,7 @@ class Accounts:
             InvalidValueError: if ``request_id`` is not an int.
             UnknownRequestError: for an id never opened.
         """
-        acct = self._by_id.get(integer("request_id", request_id))
+        acct = self._by_id.get(_request_id("request_id", request_id))
         if acct is None:
             raise UnknownRequestError(request_id)
         return acct

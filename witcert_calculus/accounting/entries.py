@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import ENTRY_FALLBACK_SOUND
-from witcert_calculus.numerics.validation import nonneg_real
+from witcert_calculus.numerics.validation import nonneg_real, real_array
 
 __all__ = [
     "Aggregate",
@@ -96,10 +96,7 @@ def sum_upper(computed: float, n_terms: int) -> float:
 
 
 def _bounds(bounds: npt.ArrayLike) -> FloatArray:
-    try:
-        b = np.asarray(bounds, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidValueError("bounds", bounds, f"must be a real array ({exc})") from None
+    b = real_array("bounds", bounds)
     if b.ndim != 1:
         raise InvalidValueError("bounds", f"array of shape {b.shape}", "must be one-dimensional")
     if b.size == 0:

@@ -26,6 +26,7 @@ from typing import Generic, TypeVar, final
 from witcert_calculus.accounting.events import EncodedEvent, Event, decode
 from witcert_calculus.accounting.journal import Journal, JournalRow
 from witcert_calculus.errors import InvalidValueError, JournalError
+from witcert_calculus.numerics.validation import timeout_seconds
 
 __all__ = [
     "EventLog",
@@ -62,6 +63,7 @@ class EventLog:
     The log starts at sequence number 0; :meth:`sync` replays an existing journal.
 
     Raises:
+        InvalidValueError: for a bad ``busy_timeout_s`` (checked with or without a journal).
         JournalError: if the journal cannot be opened.
 
     Example:
@@ -80,6 +82,7 @@ class EventLog:
     def __init__(self, journal: str | os.PathLike[str] | None, *, n_slots: int,
                  busy_timeout_s: float, lock: threading.RLock,
                  replay: Callable[[Event], object]) -> None:
+        busy_timeout_s = timeout_seconds("busy_timeout_s", busy_timeout_s)
         self._lock = lock
         self._replay = replay
         self._seq = 0

@@ -84,7 +84,8 @@ try:  # POSIX: the mark is shared by processes under an advisory lock
 except ImportError:  # pragma: no cover - no advisory locks: each process still moves it forward
     fcntl = None  # type: ignore[assignment]
 
-from witcert_calculus.errors import JournalError
+from witcert_calculus.errors import InvalidValueError, JournalError
+from witcert_calculus.numerics.validation import timeout_seconds
 
 __all__ = [
     "FORMAT_VERSION",
@@ -360,9 +361,12 @@ class Journal:
         path: the database file (created if missing); the mark is ``<path>.mark``.
         n_slots: size of the slot table the journal belongs to; a journal
             created for another size refuses to open.
-        busy_timeout_s: how long a writer waits for another process's write lock.
+        busy_timeout_s: how long a writer waits for another process's write lock, in
+            seconds: finite, in ``[0, TIMEOUT_MAX_S]`` (about 24.8 days; SQLite's limit).
 
     Raises:
+        InvalidValueError: for a path that is not a str or path-like, or a bad
+            ``busy_timeout_s`` (negative, NaN, infinite, too large, not a real number).
         JournalError: if the file cannot be opened, is not a journal of this
             format, belongs to a different slot-table size, has no mark while it
             holds events, or holds fewer events than its mark (or another event
@@ -373,6 +377,9 @@ class Journal:
 
     def __init__(self, path: str | os.PathLike[str], *, n_slots: int,
                  busy_timeout_s: float = 60.0) -> None:
+        busy_timeout_s = timeout_seconds("busy_timeout_s", busy_timeout_s)
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidValueError("journal", path, "must be a path (str or os.PathLike)")
         self.path = os.fspath(path)
         self._lock = threading.RLock()
         self._in_tx = False

@@ -39,7 +39,7 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass
-from typing import Literal, Protocol, final
+from typing import Final, Literal, Protocol, final
 
 import numpy as np
 import numpy.typing as npt
@@ -51,14 +51,20 @@ from witcert_calculus.errors import (
     UnwrittenSlotError,
 )
 from witcert_calculus.numerics.validation import integer, nonneg_int
+from witcert_calculus.numerics.validation import request_id as request_id_of
 
 __all__ = [
+    "MAX_SLOTS",
     "ReadGrant",
     "SlotRead",
     "SlotRecord",
     "SlotState",
     "SlotTable",
 ]
+
+#: Largest slot table: 2**26 slots (state, owner, generation and bound take 25 bytes a slot,
+#: about 1.6 GiB in all); a larger ``n_slots`` is refused before anything is allocated.
+MAX_SLOTS: Final = 2**26
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -155,7 +161,8 @@ class SlotTable:
     methods only read.
 
     Args:
-        n_slots: pool size (>= 0).
+        n_slots: pool size, in ``[0, MAX_SLOTS]`` (refused up front above the cap, before any
+            memory is allocated).
         directory: the owner of request ids (the ledger).
         lock: the lock that serializes access (the ledger's).
         key: the owner's private capability; mutations must present it, so only
@@ -176,6 +183,9 @@ class SlotTable:
     def __init__(self, n_slots: int, *, directory: _Directory, lock: threading.RLock,
                  key: object) -> None:
         n = nonneg_int("n_slots", n_slots)
+        if n > MAX_SLOTS:
+            raise InvalidValueError("n_slots", n_slots, f"must be <= MAX_SLOTS = 2**26 "
+                                    f"({MAX_SLOTS} slots; about 1.6 GiB of slot state)")
         self._n = n
         self._dir = directory
         self._lock = lock
@@ -219,15 +229,17 @@ class SlotTable:
         Raises:
             UnknownRequestError: if the ledger never opened ``reader`` (or closed it).
             UnwrittenSlotError: if the slot holds no bytes.
-            InvalidValueError: if ``slot`` is not an index of the pool.
+            InvalidValueError: if ``slot`` is not an index of the pool, or ``reader`` is not
+                a request id (:func:`~witcert_calculus.numerics.validation.request_id`).
         """
+        rid = request_id_of("reader", reader)
         s = self._check_slot(slot)
         with self._lock:
             self._dir.sync()
-            self._dir.require_known(reader)
+            self._dir.require_known(rid)
             if self._state[s] == SlotState.UNWRITTEN:
                 raise UnwrittenSlotError(s)
-            return ReadGrant(slot=s, reader=reader, generation=int(self._gen[s]),
+            return ReadGrant(slot=s, reader=rid, generation=int(self._gen[s]),
                              owner=int(self._owner[s]))
 
     def read(self, grant: ReadGrant) -> SlotRead:
@@ -263,7 +275,7 @@ class SlotTable:
         Raises:
             InvalidValueError: if ``request_id`` is not an int.
         """
-        rid = integer("request_id", request_id)
+        rid = request_id_of("request_id", request_id)
         with self._lock:
             self._dir.sync()
             return self.holdings(rid)
@@ -319,7 +331,7 @@ class SlotTable:
         Raises:
             InvalidValueError: if ``owner`` is not an int.
         """
-        rid = integer("owner", owner)
+        rid = request_id_of("owner", owner)
         with self._lock:
             return np.flatnonzero(self._owner == rid).astype(np.int64)
 
@@ -351,7 +363,7 @@ class SlotTable:
                 the batch names.
             InvalidValueError: for a bad request id, batch or action.
         """
-        rid = integer("request_id", request_id)
+        rid = request_id_of("request_id", request_id)
         if action not in ("write", "evict"):
             raise InvalidValueError("action", action, "must be 'write' or 'evict'")
         self._check_owners(rid, self.validate_slots(slots), action)

@@ -611,6 +611,10 @@ def delta_local(delta_req: float | Probability, *, layers: int, heads: int, step
     per-cell delta only widens the radius, and the ``L H T`` cells together stay
     within ``delta_req``.
 
+    Raises:
+        InvalidValueError: for ``delta_req`` outside (0, 1), a count below 1 or not an int,
+            or a split so fine that the share rounds down to 0.
+
     Example:
         >>> delta_local(0.5, layers=2, heads=2, steps=2)
         0.0625
@@ -622,7 +626,12 @@ def delta_local(delta_req: float | Probability, *, layers: int, heads: int, step
     dr = delta_req if isinstance(delta_req, Probability) else real(
         "delta_req", delta_req, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     n = positive_int("layers", layers) * positive_int("heads", heads) * positive_int("steps", steps)
-    return Probability.budget(dr).split(n).float_down()
+    share = Probability.budget(dr).split(n).float_down()
+    if share == 0.0:  # below the smallest float: a zero delta would claim certainty
+        raise InvalidValueError("layers * heads * steps", f"~10**{len(str(n)) - 1}",
+                                f"splits delta_req={delta_req!r} below the smallest positive "
+                                "float; certify fewer cells per request")
+    return share
 
 
 def tier_b_logit_bound(query: ArrayLike, stored: DitheredKeys, *, scale: float,

@@ -507,7 +507,8 @@ def tv_bounds_batch(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike, *,
 
     Raises:
         ForgedBoundError: on a ``LogitBound`` that no establishing function produced.
-        InvalidValueError: on NaN, negative ``c``, mismatched shapes, rows not summing to 1.
+        InvalidValueError: on NaN, negative ``c``, mismatched shapes, rows not summing to 1,
+            or a ``visible`` count that is not an integer in ``[1, S]``.
 
     Example:
         >>> b = tv_bounds_batch(np.full((2, 4), 0.25), np.zeros((2, 4)))
@@ -524,6 +525,14 @@ def tv_bounds_batch(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike, *,
         if v.shape != (p.shape[0],):
             raise InvalidValueError("visible", f"array of shape {v.shape}",
                                     f"must have one entry per row ({p.shape[0]})")
+        if v.size and not np.issubdtype(v.dtype, np.integer):
+            raise InvalidValueError("visible", visible, "must be integer token counts")
+        bad = (v < 1) | (v > p.shape[1])
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InvalidValueError(f"visible[{i}]", int(v[i]),
+                                    f"must lie in [1, S={p.shape[1]}] (a row attends to at "
+                                    "least one of its S tokens)")
         one = v == 1
         e, t, r, th = (np.where(one, 0.0, x) for x in (e, t, r, th))
         checks = (*checks, (SINGLE_TOKEN_PREMISE, bool((~one | ((p > 0).sum(axis=-1) <= 1)).all())))

@@ -5,19 +5,25 @@ this module imports numpy only when an array check runs; ``F64`` resolves on fir
 
 Main declarations:
 
-- scalars: :func:`exact` (a finite, nonnegative exact rational), :func:`number`,
-  :func:`real`, :func:`positive_int`;
-- arrays: :func:`as_float_array`, :func:`finite_array`, :func:`nonneg_array`,
-  :func:`distribution`, :func:`is_distribution`; the alias ``F64``.
+- scalars: :func:`exact` (a finite, nonnegative exact rational, at most ``FLOAT_MAX``),
+  :func:`number`, :func:`real`, :func:`positive_int`, :func:`request_id` (the one rule for
+  a request id), :func:`timeout_seconds`;
+- arrays: :func:`real_array` and :func:`as_float_array` (real numbers only: no text,
+  bools, complex or objects), :func:`finite_array`, :func:`nonneg_array`, :func:`distribution`,
+  :func:`is_distribution`; the alias ``F64``.
+
+Every refusal is an :class:`~witcert_calculus.errors.InvalidValueError` (a ``ValueError``)
+that names the parameter and shows the value; no builtin ``TypeError``, ``OverflowError`` or
+``AttributeError`` escapes from a check.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import sys
 from fractions import Fraction
-from fractions import Fraction
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from witcert_calculus.errors import InvalidValueError
 
@@ -43,15 +49,58 @@ UNIT_ROUNDOFF = 2.0**-53
 #: Tolerance on ``sum(p_tilde) - 1`` for inputs that are meant to be distributions.
 PROB_SUM_ATOL = 1e-6
 
+#: The largest finite float; an exact coefficient above it could not be reported.
+FLOAT_MAX: Final = Fraction(sys.float_info.max)
 
-def as_float_array(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...]) -> F64:
-    """Convert to a float64 array of the given rank; reject NaN."""
+#: Largest request id: ids are stored as signed 64-bit integers (slot owners, journal rows).
+REQUEST_ID_MAX: Final = 2**63 - 1
+
+#: Longest wait for a journal's write lock, in seconds (SQLite takes it in ms as a C int).
+TIMEOUT_MAX_S: Final = (2**31 - 1) / 1000
+
+
+def _to_float(value: numbers.Real) -> float:
+    # float() of an int or Fraction beyond the float range raises OverflowError; it is +-inf.
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def real_array(name: str, value: ArrayLike) -> F64:
+    """Convert to a float64 array of any shape, taking real numbers only.
+
+    Text, bools, complex numbers and objects that are not real numbers are refused: numpy
+    would read ``"0.5"`` as 0.5, ``True`` as 1.0 and drop an imaginary part.
+    """
     import numpy as np
 
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        raw = np.asarray(value)
     except (TypeError, ValueError) as exc:
         raise InvalidValueError(name, value, f"must be a real array ({exc})") from None
+    kind = raw.dtype.kind
+    if kind == "O":  # e.g. Fractions: each entry must be a real number (rare; not a hot path)
+        if not all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in raw.flat):
+            raise InvalidValueError(name, value, "must be a real array (every entry a real "
+                                    "number, no text, bool, complex or None)")
+    elif kind not in "iuf":
+        what = {"b": "bool", "c": "complex", "U": "text", "S": "bytes"}.get(kind, str(raw.dtype))
+        raise InvalidValueError(name, value, f"must be a real array, not {what} (the value "
+                                "would be reinterpreted, e.g. an imaginary part dropped)")
+    try:
+        with np.errstate(over="ignore"):
+            arr: F64 = raw.astype(np.float64, copy=False)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidValueError(name, value, f"must be a real array ({exc})") from None
+    return arr
+
+
+def as_float_array(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...]) -> F64:
+    """Convert to a float64 array of the given rank (:func:`real_array`); reject NaN."""
+    import numpy as np
+
+    arr = real_array(name, value)
     dims = (ndim,) if isinstance(ndim, int) else ndim
     if arr.ndim not in dims:
         raise InvalidValueError(name, f"array of shape {arr.shape}",
@@ -139,6 +188,27 @@ def positive_int(name: str, value: object, *, minimum: int = 1) -> int:
     return v
 
 
+def request_id(name: str, value: object) -> int:
+    """A request id: a Python or numpy integer (not bool) in ``[1, REQUEST_ID_MAX]``.
+
+    The one rule for every entry point that takes a request id (the ledger, its accounts and
+    slot table), so ``np.int64(3)`` names request 3 everywhere and ``True`` names none.
+    """
+    if type(value) is int and 1 <= value <= REQUEST_ID_MAX:  # the common case
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidValueError(name, value, "must be an int (a request id; not a bool)")
+    v = int(value)
+    if not 1 <= v <= REQUEST_ID_MAX:
+        raise InvalidValueError(name, value, "must lie in [1, 2**63 - 1] (a request id)")
+    return v
+
+
+def timeout_seconds(name: str, value: object) -> float:
+    """A wait in seconds: a finite real (not bool) in ``[0, TIMEOUT_MAX_S]``."""
+    return real(name, value, lo=0.0, hi=TIMEOUT_MAX_S)
+
+
 def integer(name: str, value: object) -> int:
     """An ``int`` (not bool; numpy integers too), e.g. a request id or a slot index."""
     if type(value) is int:  # the common case, without the abstract-class check
@@ -185,7 +255,7 @@ def nonneg_real(name: str, value: object) -> float:
     """A finite real scalar (not bool; numpy scalars and Fractions too) that is ``>= 0``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidValueError(name, value, "must be a real number")
-    v = float(value)
+    v = _to_float(value)
     if not (math.isfinite(v) and v >= 0.0):
         raise InvalidValueError(name, value, "must be finite and >= 0")
     return v
@@ -196,7 +266,7 @@ def real(name: str, value: object, *, lo: float = -math.inf, hi: float = math.in
     """A real scalar in the stated interval."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidValueError(name, value, "must be a real number")
-    v = float(value)
+    v = _to_float(value)
     if math.isnan(v) or (math.isinf(v) and not allow_inf):
         raise InvalidValueError(name, value, "must be finite" if not allow_inf else "must not be NaN")
     if v < lo or (lo_open and v == lo) or v > hi or (hi_open and v == hi):
@@ -210,19 +280,26 @@ def number(name: str, value: object) -> float:
     """An ``int``, ``float`` or ``Fraction`` (not bool) as a float; NaN and infinities pass."""
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
         raise InvalidValueError(name, value, "must be a number")
-    return float(value)
+    return _to_float(value)
 
 
 def exact(value: object, name: str, *, upper: Fraction | None = None,
           strict_upper: bool = False) -> Fraction:
-    """Convert a finite, nonnegative number to an exact Fraction, or raise naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+    """Convert a finite, nonnegative number to an exact Fraction, or raise naming it.
+
+    Ints (numpy integers too), floats and Fractions are taken exactly; a value above the
+    largest float (:data:`FLOAT_MAX`) is refused, since no bound built on it could be reported.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction, numbers.Integral)):
         raise InvalidValueError(name, value, "must be an int, float or Fraction")
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidValueError(name, value, "must be finite")
-    fr = Fraction(value)
+    fr = Fraction(int(value)) if isinstance(value, numbers.Integral) else Fraction(value)
     if fr < 0:
-        raise InvalidValueError(name, value, "must be >= 0")
+        raise InvalidValueError(name, _short(value), "must be >= 0")
+    if fr > FLOAT_MAX:
+        raise InvalidValueError(name, _short(value),
+                                "must not exceed the largest float (1.7976931348623157e+308)")
     if upper is not None and (fr >= upper if strict_upper else fr > upper):
         bound = f"< {upper}" if strict_upper else f"<= {upper}"
         raise InvalidValueError(name, value, f"must be {bound}")
@@ -260,21 +337,42 @@ def open_level(name: str, value: object) -> float:
 
 
 def positive_finite(name: str, value: float) -> float:
-    """A finite float ``> 0`` (anything ``float()`` accepts)."""
-    v = float(value)
+    """A finite real ``> 0`` (not bool, not text; numpy scalars and Fractions too)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidValueError(name, value, "must be a real number")
+    v = _to_float(value)
     if not (math.isfinite(v) and v > 0):
         raise InvalidValueError(name, value, "must be finite and > 0")
     return v
 
 
+def _short(value: object) -> object:
+    # A huge exact number shown by its size, not by its four hundred digits.
+    if isinstance(value, (int, Fraction)) and not isinstance(value, bool) and abs(value) > FLOAT_MAX:
+        return f"{'-' if value < 0 else ''}~10**{len(str(abs(int(value)))) - 1}"
+    return value
+
+
 def float_up(value: Fraction) -> float:
-    """The smallest float not below an exact rational (a bound converted once, at the edge)."""
+    """The smallest float not below an exact rational (a bound converted once, at the edge).
+
+    ``inf`` above the largest float: an overflow reports saturation, never a finite value.
+    """
+    if value > FLOAT_MAX:
+        return math.inf
+    if value < -FLOAT_MAX:
+        return -sys.float_info.max
     f = float(value)
     return f if Fraction(f) >= value else math.nextafter(f, math.inf)
 
 
 def float_down(value: Fraction) -> float:
-    """The largest float not above an exact rational (0.0 below the smallest subnormal)."""
+    """The largest float not above an exact rational (0.0 below the smallest subnormal;
+    ``-inf`` below the most negative float, the largest float above it)."""
+    if value > FLOAT_MAX:
+        return sys.float_info.max
+    if value < -FLOAT_MAX:
+        return -math.inf
     f = float(value)
     return f if Fraction(f) <= value else math.nextafter(f, -math.inf)
 
