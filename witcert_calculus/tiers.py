@@ -400,7 +400,7 @@ def decide_tier(evidence: Evidence, *, value: float | None = None,
 
     Raises:
         InvalidValueError: if ``value`` is not a real number, NaN or ``-inf``, if
-            ``saturation`` is not a finite real, or evidence is of an unknown kind.
+            ``saturation`` is not a real number or is NaN, or evidence is of an unknown kind.
 
     Example:
         >>> from witcert_calculus import AtConsume, AttentionTV, identity
@@ -413,7 +413,7 @@ def decide_tier(evidence: Evidence, *, value: float | None = None,
         if value == -math.inf:
             raise InvalidValueError("value", value, "must not be -inf (a bound on an error)")
     if saturation is not None:
-        saturation = real("saturation", saturation)
+        saturation = real("saturation", saturation, allow_inf=True)
     if value is not None and not isinstance(evidence, Measurement) and (
             value == math.inf or (saturation is not None and value >= saturation)):
         return Tier.SATURATED
