@@ -301,3 +301,28 @@ def test_one_request_id_rule_everywhere() -> None:
     with pytest.raises(InvalidValueError, match="request_id=True"):
         led.require_known(True)  # type: ignore[attr-defined]
     assert led.slots.owned_by(np.int64(r)).tolist() == [1]  # type: ignore[attr-defined]
+
+
+def test_ledger_records_refuse_junk_fields() -> None:
+    """The records of :mod:`witcert_calculus.accounting.records` check their fields once."""
+    import dataclasses
+    import math
+
+    import numpy as np
+
+    from witcert_calculus import Admission, Decision, EventCounts, EventKind, Tier
+
+    counts = EventCounts(deterministic=np.int64(2))  # type: ignore[arg-type]
+    assert type(counts.deterministic) is int
+    for bad in ({"probabilistic": -1}, {"saturated": True}, {"deterministic": 1.5}):
+        with pytest.raises(InvalidValueError, match=next(iter(bad))):
+            EventCounts(**bad)  # type: ignore[arg-type]
+    ok = Admission(request_id=1, ordinal=0, kind=EventKind.DETERMINISTIC, decision=Decision.USE,
+                   tier=Tier.CERTIFIED, charged=Fraction(0), spent=Fraction(0), prob_index=None,
+                   token=None)
+    for field, value in (("request_id", True), ("request_id", 2**63), ("kind", "deterministic"),
+                         ("tier", 3), ("charged", 0.5), ("spent", Fraction(-1)),
+                         ("token", 5), ("prob_index", -1)):
+        with pytest.raises(InvalidValueError, match=field):
+            dataclasses.replace(ok, **{field: value})
+    assert math.isfinite(float(ok.spent))

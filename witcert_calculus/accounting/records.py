@@ -1,7 +1,12 @@
 """What the risk ledger reports: admission vocabulary, acknowledgements, verdicts, aggregates.
 
 Every record is a frozen, slotted value; exact quantities (charges, spends,
-budgets, retained fractions) are ``Fraction`` values.
+budgets, retained fractions) are ``Fraction`` values. Each record checks its fields once,
+at construction (also through ``dataclasses.replace``): counts are ints ``>= 0`` (numpy
+integers taken as ints), request ids follow the one rule of
+:func:`~witcert_calculus.numerics.validation.request_id`, exact quantities are
+nonnegative ``Fraction`` values, and enumerations are members of their enum; anything
+else is an :class:`~witcert_calculus.errors.InvalidValueError` naming the field.
 
 Main declarations:
 
@@ -27,6 +32,7 @@ from witcert_calculus.accounting.slots import SlotState, SlotTable
 from witcert_calculus.contracts import Reading
 from witcert_calculus.drift.eprocess import EProcessState
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.numerics.validation import nonneg_int, real, request_id
 from witcert_calculus.tiers import Tier
 
 __all__ = [
@@ -41,6 +47,24 @@ __all__ = [
     "certified_by_evidence",
     "verdict_reason",
 ]
+
+
+def _counts(record: object, *names: str) -> None:
+    for n in names:
+        object.__setattr__(record, n, nonneg_int(n, getattr(record, n)))
+
+
+def _member(record: object, name: str, kind: type) -> None:
+    if not isinstance(getattr(record, name), kind):
+        raise InvalidValueError(name, getattr(record, name), f"must be a {kind.__name__}")
+
+
+def _exact(record: object, name: str, *, optional: bool = False) -> None:
+    v = getattr(record, name)
+    if optional and v is None:
+        return
+    if not isinstance(v, Fraction) or v < 0:
+        raise InvalidValueError(name, v, "must be an exact Fraction >= 0")
 
 
 @final
@@ -96,6 +120,10 @@ class EventCounts:
     empirical_fallback: int = 0
     empirical_degraded: int = 0
     saturated: int = 0
+
+    def __post_init__(self) -> None:
+        _counts(self, "deterministic", "probabilistic", "empirical_fallback",
+                "empirical_degraded", "saturated")
 
     @property
     def total(self) -> int:
@@ -160,6 +188,19 @@ class Admission:
     spent: Fraction
     prob_index: int | None
     token: str | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "request_id", request_id("request_id", self.request_id))
+        _counts(self, "ordinal")
+        _member(self, "kind", EventKind)
+        _member(self, "decision", Decision)
+        _member(self, "tier", Tier)
+        _exact(self, "charged")
+        _exact(self, "spent")
+        if self.prob_index is not None:
+            _counts(self, "prob_index")
+        if self.token is not None and not isinstance(self.token, str):
+            raise InvalidValueError("token", self.token, "must be a str or None")
 
 
 @final
@@ -230,6 +271,19 @@ class Verdict:
     reason: str | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "request_id", request_id("request_id", self.request_id))
+        _member(self, "tier", Tier)
+        _exact(self, "delta_req")
+        _exact(self, "spent")
+        _member(self, "counts", EventCounts)
+        _counts(self, "entries", "entries_kept", "steps", "vacuous_steps")
+        _exact(self, "retained_fraction", optional=True)
+        object.__setattr__(self, "worst_step_bound",
+                           real("worst_step_bound", self.worst_step_bound, lo=0.0,
+                                allow_inf=True))
+        _member(self, "closed", bool)
+        if self.reason is not None and not isinstance(self.reason, str):
+            raise InvalidValueError("reason", self.reason, "must be a str or None")
         if self.tier is Tier.CERTIFIED:
             if self.counts.deterministic + self.counts.probabilistic == 0:
                 raise InvalidValueError("tier", self.tier.name, "no evidence, no certificate: "
@@ -376,6 +430,19 @@ class LedgerStats:
     slot_writes: int
     events: int
     sentinels: tuple[tuple[str, EProcessState], ...]
+
+    def __post_init__(self) -> None:
+        _counts(self, "requests", "open_requests", "entries", "entries_kept", "steps",
+                "vacuous_steps", "reads_own", "reads_shared", "slot_writes", "events")
+        _member(self, "counts", EventCounts)
+        _exact(self, "worst_spent_fraction")
+        for name, kind in (("open_by_tier", Tier), ("slots", SlotState), ("sentinels", str)):
+            pairs = getattr(self, name)
+            if not isinstance(pairs, tuple) or not all(
+                    isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], kind)
+                    for p in pairs):
+                raise InvalidValueError(name, pairs, f"must be a tuple of ({kind.__name__}, "
+                                        "value) pairs")
 
     @classmethod
     def of(cls, accounts: Iterable[_Tallied], *, slots: SlotTable, events: int,
