@@ -125,7 +125,7 @@ CASES: dict[str, Case] = {
                                                                      "kappa": 0.5}),
     "RiskLedger.close_request": Case(_ledger("close_request"), (1,)),
     "RiskLedger.verdict": Case(_ledger("verdict"), (1,)),
-    "SlotTable.authorize": Case(_ledger("authorize"), (1, 1)),
+    "RiskLedger.slots.authorize": Case(_ledger("authorize"), (1, 1)),
     "Transfer": Case(wc.Transfer, (wc.TransferKind.TANH, Fraction(1, 2))),
     "Transfer.__call__": Case(wc.Transfer(wc.TransferKind.EXP_TV), (0.1,)),
     "Verdict": Case(wc.Verdict, (1, wc.Tier.CERTIFIED, Fraction(1, 100), Fraction(0),
@@ -158,7 +158,7 @@ CASES: dict[str, Case] = {
     "dither_variance_proxy": Case(wc.dither_variance_proxy, (Q, STORED), {"scale": 0.5}),
     "empirical_ratio_bridge": Case(wc.empirical_ratio_bridge, (TV, TV), {
         "ratio": 1.5, "samples": 10, "statistic": "median", "set_type": "top-64"}),
-    "format_logit_bound": Case(wc.format_logit_bound, (Q, WITNESS), {"scale": 0.5}),
+    "format_logit_bound": Case(wc.format_logit_bound, (Q, np.full((2, 8), 0.01)), {"scale": 0.5}),
     "format_witness": Case(wc.format_witness, ([1, 2],), {
         "fmt": wc.Fp8Format.E4M3, "rounding": wc.Rounding.NEAREST, "scale": 0.5}),
     "gate_bound": Case(wc.gate_bound, (0.1,), {"form": "eform"}),
