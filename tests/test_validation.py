@@ -280,7 +280,7 @@ def test_the_valid_call_works(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=24, deadline=None)
 @given(data=st.data())
 def test_junk_is_refused_by_a_typed_error(name: str, data: st.DataObject) -> None:
     case = CASES[name]

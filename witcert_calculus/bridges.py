@@ -63,7 +63,13 @@ from witcert_calculus.lean.theorems import (
     SOFTMAX_TV_TANH_SOUND,
     WITNESS_SOUND,
 )
-from witcert_calculus.numerics.validation import FLOAT_MAX, exact, float_up, positive_int
+from witcert_calculus.numerics.validation import (
+    FLOAT_MAX,
+    exact,
+    float_up,
+    positive_int,
+    real_array,
+)
 from witcert_calculus.schemas import Claim, Schema, _builtin  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.tiers import Measurement
 
@@ -354,7 +360,11 @@ def softmax_tv_affine(site: type[S], *, eps0: Number) -> Contract[LogitLinf[S], 
         >>> c.tier.name, c.subset
         ('PARTIALLY_CERTIFIED', 'e_in <= 0.1 (exactly 3602879701896397/36028797018963968)')
     """
-    return SCHEMAS["softmax_tv_affine"].issue(site, eps0=exact(eps0, "eps0"))
+    e0 = exact(eps0, "eps0")
+    if not math.isfinite(Transfer(TransferKind.EXP_TV)(float(e0)) * 2 + 1):
+        raise InvalidValueError("eps0", eps0, "is too large: the slope exp(2 eps0) overflows "
+                                "a float")
+    return SCHEMAS["softmax_tv_affine"].issue(site, eps0=e0)
 
 
 def empirical_ratio_bridge(m_in: type[A], m_out: type[B], *, ratio: Number, samples: int,
@@ -390,7 +400,7 @@ def metric_name_pair(m_in: object, m_out: object) -> str:
 
 
 def _weights(weights: Sequence[float] | npt.NDArray[np.floating[Any]]) -> list[Fraction]:
-    arr = np.asarray(weights, dtype=np.float64)
+    arr = real_array("weights", weights)
     if arr.ndim != 1 or arr.size == 0:
         raise InvalidValueError("weights", weights, "must be a non-empty 1-d sequence")
     out: list[Fraction] = []
@@ -514,7 +524,7 @@ def rank_prefix_stable(scores: npt.ArrayLike, *, k: int, eps: float) -> StableRo
         >>> rank_prefix_stable([[3.0, 1.0, 0.9]], k=1, eps=0.5).stable.tolist()
         [True]
     """
-    arr = np.atleast_2d(np.asarray(scores, dtype=np.float64))
+    arr = np.atleast_2d(real_array("scores", scores))
     if arr.ndim != 2 or not np.all(np.isfinite(arr)):
         raise InvalidValueError("scores", scores, "must be a finite 1-d or 2-d array")
     n = arr.shape[1]
@@ -568,10 +578,10 @@ def recurrence(site: type[S], *, a_steps: npt.ArrayLike, b_steps: npt.ArrayLike 
         >>> float(r.contract.a), round(r.half_life, 6)
         (0.25, 1.0)
     """
-    a_arr = np.asarray(a_steps, dtype=np.float64).ravel()
+    a_arr = real_array("a_steps", a_steps).ravel()
     if a_arr.size == 0:
         raise InvalidValueError("a_steps", a_steps, "needs at least one step")
-    b_arr = np.zeros_like(a_arr) if b_steps is None else np.asarray(b_steps, np.float64).ravel()
+    b_arr = np.zeros_like(a_arr) if b_steps is None else real_array("b_steps", b_steps).ravel()
     if b_arr.shape != a_arr.shape:
         raise InvalidValueError("b_steps", b_steps, f"must have {a_arr.size} entries like a_steps")
     a_ex = [exact(v, f"a_steps[{i}]") for i, v in enumerate(a_arr.tolist())]

@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import ENTRY_FALLBACK_SOUND
-from witcert_calculus.numerics.validation import nonneg_real, real_array
+from witcert_calculus.numerics.validation import nonneg_real, real, real_array
 
 __all__ = [
     "Aggregate",
@@ -112,7 +112,7 @@ def _bounds(bounds: npt.ArrayLike) -> FloatArray:
 def _saturation(saturation: float | None) -> float | None:
     if saturation is None:
         return None
-    s = float(saturation)
+    s = real("saturation", saturation, allow_inf=True)
     if not (s > 0.0):
         raise InvalidValueError("saturation", saturation, "must be > 0 (or None)")
     return s
@@ -311,9 +311,9 @@ def tradeoff_curve(trace: Sequence[npt.ArrayLike], *, thresholds: npt.ArrayLike,
         >>> c.retained_fraction.tolist()
         [0.0, 0.75, 1.0]
     """
-    if len(trace) == 0:
-        raise InvalidValueError("trace", trace, "needs at least one step")
-    ts = np.asarray(thresholds, dtype=np.float64)
+    if isinstance(trace, (str, bytes)) or not hasattr(trace, "__len__") or len(trace) == 0:
+        raise InvalidValueError("trace", trace, "needs at least one step (a sequence of arrays)")
+    ts = real_array("thresholds", thresholds)
     if ts.ndim != 1 or ts.size == 0 or not bool(np.isfinite(ts).all()) or bool((ts < 0).any()):
         raise InvalidValueError("thresholds", thresholds, "must be a non-empty 1-D array of "
                                 "finite values >= 0")

@@ -50,7 +50,7 @@ from witcert_calculus.errors import (
     StaleReadError,
     UnwrittenSlotError,
 )
-from witcert_calculus.numerics.validation import integer, nonneg_int
+from witcert_calculus.numerics.validation import int_array, integer, nonneg_int
 from witcert_calculus.numerics.validation import request_id as request_id_of
 
 __all__ = [
@@ -312,8 +312,8 @@ class SlotTable:
         Raises:
             InvalidValueError: naming the offending list.
         """
-        arr = np.asarray(slots)
-        if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
+        arr = int_array("slots", slots)
+        if arr.ndim != 1:
             raise InvalidValueError("slots", slots, "must be a one-dimensional integer array")
         idx = arr.astype(np.int64)
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._n):

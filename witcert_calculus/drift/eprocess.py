@@ -58,8 +58,8 @@ from witcert_calculus.numerics.validation import (
     UNIT_ROUNDOFF,
     nonneg_int,
     open_level,
-    positive_finite,
     real,
+    real_array,
 )
 
 __all__ = [
@@ -125,10 +125,13 @@ def log_factors(
         -0.5
     """
     k = _check_kappa(kappa)
-    wa, ma, ca = np.broadcast_arrays(
-        np.asarray(w, dtype=np.float64), np.asarray(m, dtype=np.float64),
-        np.asarray(c, dtype=np.float64),
-    )
+    try:
+        wa, ma, ca = np.broadcast_arrays(real_array("w", w), real_array("m", m),
+                                         real_array("c", c))
+    except ValueError as exc:
+        if isinstance(exc, InvalidValueError):
+            raise
+        raise InvalidValueError("m, c", "shapes", f"must broadcast to the shape of w ({exc})") from None
     if not bool(np.isfinite(wa).all()):
         raise InvalidValueError("w", _first_bad(wa, np.isfinite(wa)), "must be finite")
     if not bool(np.isfinite(ma).all()):
@@ -210,12 +213,12 @@ def observation_batch(w: npt.ArrayLike, m: npt.ArrayLike, c: npt.ArrayLike) -> F
         >>> observation_batch([0.1, 0.2], 0.0, 1.0).tolist()
         [[0.1, 0.2], [0.0, 0.0], [1.0, 1.0]]
     """
-    wa = np.atleast_1d(np.asarray(w, dtype=np.float64))
+    wa = np.atleast_1d(real_array("w", w))
     if wa.ndim != 1:
         raise InvalidValueError("w", wa.shape, "must be a one-dimensional stream")
     try:
-        ma = np.broadcast_to(np.asarray(m, dtype=np.float64), wa.shape)
-        ca = np.broadcast_to(np.asarray(c, dtype=np.float64), wa.shape)
+        ma = np.broadcast_to(real_array("m", m), wa.shape)
+        ca = np.broadcast_to(real_array("c", c), wa.shape)
     except ValueError as exc:
         raise InvalidValueError("m, c", "shapes", f"must broadcast to the shape of w "
                                 f"{wa.shape} ({exc})") from None
@@ -503,11 +506,13 @@ class Sentinels:
         Raises:
             InvalidValueError: if the name is in use.
         """
+        if not isinstance(name, str):
+            raise InvalidValueError("name", name, "must be a sentinel's name (a str)")
         if name in self._by_name:
             raise InvalidValueError("name", name, "a sentinel of this name exists")
 
     def _get(self, name: str) -> EProcess:
-        if (p := self._by_name.get(name)) is None:
+        if not isinstance(name, str) or (p := self._by_name.get(name)) is None:
             raise InvalidValueError("name", name, "no sentinel of this name")
         return p
 

@@ -73,8 +73,9 @@ from witcert_calculus.numerics.rounding import (
     variance_margin,
 )
 from witcert_calculus.tiers import Assumption, Composition, Evidence, Premise, Restricted, _premise, _proof  # pyright: ignore[reportPrivateUsage]
-from witcert_calculus.numerics.validation import F64, distribution, finite_array, nonneg_array, \
-    positive_int, real, uint
+from witcert_calculus.numerics.validation import F64, count, distribution, finite_array, \
+    int_array, nonneg_array, positive_int, real, uint
+from witcert_calculus.numerics.validation import head_dim as head_dim_of
 from witcert_calculus.meters.witness import LogitBound, RopeLayout
 # the pairing of channels and the construction of an established bound are shared with
 # the witness module, not public API
@@ -229,13 +230,15 @@ def dither_noise(key: DitherKey, tokens: ArrayLike, *, head_dim: int) -> F64:
         >>> bool((xi >= -0.5).all() and (xi < 0.5).all())
         True
     """
-    t = np.asarray(tokens)
-    if t.ndim != 1 or (t.size and not np.issubdtype(t.dtype, np.integer)):
+    if not isinstance(key, DitherKey):
+        raise InvalidValueError("key", key, "must be a DitherKey")
+    t = int_array("tokens", tokens)
+    if t.ndim != 1:
         raise InvalidValueError("tokens", f"array of shape {t.shape} and dtype {t.dtype}",
                                 "must be a 1-D integer array")
     if t.size and (t.min() < 0 or t.max() >= 2**32):
         raise InvalidValueError("tokens", f"range [{t.min()}, {t.max()}]", "must lie in [0, 2^32)")
-    d = positive_int("head_dim", head_dim)
+    d = head_dim_of("head_dim", head_dim)
     ch = np.arange(d, dtype=np.uint64)[None, :]
     tk = t.astype(np.uint64)[:, None]
     w0, _, _, _ = philox4x32((ch, tk, key.kv_head, key.layer),
@@ -371,13 +374,15 @@ def dither_quantize(x: ArrayLike, *, key: DitherKey, tokens: ArrayLike, block_si
     s_count, d = a.shape
     if d % 2:
         raise InvalidValueError("head_dim", d, "must be even (RoPE acts on pairs)")
-    t = np.asarray(tokens)
+    if not isinstance(key, DitherKey):
+        raise InvalidValueError("key", key, "must be a DitherKey")
+    t = int_array("tokens", tokens)
     if t.shape != (s_count,):
         raise InvalidValueError("tokens", f"array of shape {t.shape}", f"must have shape ({s_count},)")
     bs = positive_int("block_size", block_size)
     if bs > d:
         raise InvalidValueError("block_size", block_size, f"must be <= head_dim = {d}")
-    pairs = np.unique(np.asarray(outlier_pairs, dtype=np.intp).reshape(-1))
+    pairs = np.unique(int_array("outlier_pairs", outlier_pairs).astype(np.intp).reshape(-1))
     if pairs.size and (pairs.min() < 0 or pairs.max() >= d // 2):
         raise InvalidValueError("outlier_pairs", pairs.tolist(), f"must lie in [0, {d // 2})")
     out_ch = _outlier_channels(d, pairs, layout)
@@ -417,7 +422,7 @@ def dither_dequantize(stored: DitheredKeys) -> F64:
         >>> bool(np.allclose(dither_dequantize(st), 1.0, atol=float(st.scales.max())))
         True
     """
-    d = stored.head_dim
+    d = _stored(stored).head_dim
     xi = dither_noise(stored.key, stored.tokens, head_dim=d)
     s = stored.channel_scales()
     out: F64 = s * (stored.payload.astype(np.float64) - xi)
@@ -465,11 +470,11 @@ def byte_account(head_dim: int, *, block_size: int, outlier_pairs: int, tokens: 
         >>> byte_account(128, block_size=32, outlier_pairs=2, tokens=1024).total
         140.00390625
     """
-    d = positive_int("head_dim", head_dim, minimum=2)
+    d = head_dim_of("head_dim", head_dim, minimum=2)
     bs = positive_int("block_size", block_size)
     n_out = positive_int("outlier_pairs", outlier_pairs, minimum=0)
-    s_count = positive_int("tokens", tokens)
-    kb = positive_int("key_bytes", key_bytes)
+    s_count = count("tokens", tokens)
+    kb = positive_int("key_bytes", key_bytes, maximum=16)
     if 2 * n_out > d:
         raise InvalidValueError("outlier_pairs", outlier_pairs, f"must be <= head_dim/2 = {d // 2}")
     payload = float(d - 2 * n_out)
@@ -514,7 +519,15 @@ def dither_variance_proxy(query: ArrayLike, stored: DitheredKeys, *, scale: floa
                    exact=_exact_tokens(q, stored))
 
 
+def _stored(stored: object) -> DitheredKeys:
+    # The dithered store is an established value: only dither_quantize builds one.
+    if not isinstance(stored, DitheredKeys):
+        raise InvalidValueError("stored", stored, "must be the DitheredKeys of dither_quantize")
+    return stored
+
+
 def _query_scale(query: ArrayLike, stored: DitheredKeys, scale: float) -> tuple[F64, float]:
+    _stored(stored)
     q = finite_array("query", query, ndim=1)
     if q.shape[0] != stored.head_dim:
         raise InvalidValueError("query", f"array of shape {q.shape}",
@@ -594,7 +607,7 @@ def subgaussian_radius(variance_proxy: ArrayLike, *, delta_loc: float,
     """
     v = nonneg_array("variance_proxy", variance_proxy, ndim=1)
     dl = real("delta_loc", delta_loc, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
-    n = v.size if tokens is None else positive_int("tokens", tokens)
+    n = v.size if tokens is None else count("tokens", tokens)
     if n < v.size:
         raise InvalidValueError("tokens", tokens, f"must be >= the number of tokens {v.size}")
     with np.errstate(over="ignore"):
@@ -735,7 +748,7 @@ def tier_b_certificate(p_tilde: ArrayLike, query: ArrayLike, stored: DitheredKey
         ('PARTIALLY_CERTIFIED', 0.001)
     """
     p = distribution("p_tilde", p_tilde)
-    if p.size != stored.payload.shape[0]:
+    if p.size != _stored(stored).payload.shape[0]:
         raise InvalidValueError("p_tilde", f"array of shape {p.shape}",
                                 f"must have one entry per stored token ({stored.payload.shape[0]})")
     u = tier_b_logit_bound(query, stored, scale=scale, delta_loc=delta_loc)

@@ -56,7 +56,7 @@ from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.numerics.rounding import logit_margin, outward
 from witcert_calculus.lean.theorems import BOX_LOGIT_BOUND_SOUND, FORMAT_RESIDUAL_LE, \
     NEAREST_RESIDUAL_LE, TRUNC_RESIDUAL_LE
-from witcert_calculus.numerics.validation import F64, finite_array, float_up, nonneg_array, real
+from witcert_calculus.numerics.validation import F64, finite_array, float_up, int_array, nonneg_array, real
 from witcert_calculus.tiers import Proof, _premise, _proof  # pyright: ignore[reportPrivateUsage]
 # The one construction of an established bound (not public API).
 from witcert_calculus.meters.witness import LogitBound, _add_shapes, _establish, _read_only  # pyright: ignore[reportPrivateUsage]
@@ -166,6 +166,15 @@ def witness_exact(code: int, fmt: Fp8Format, rounding: Rounding,
     return scale * (g + ETA * (abs(code_value(c, fmt)) + g) + EPS)
 
 
+def _kinds(fmt: object, rounding: object) -> tuple[Fp8Format, Rounding]:
+    # Checked before the cached table is looked up (its key must be hashable).
+    if not isinstance(fmt, Fp8Format):
+        raise InvalidValueError("fmt", fmt, "must be an Fp8Format")
+    if not isinstance(rounding, Rounding):
+        raise InvalidValueError("rounding", rounding, "must be a Rounding")
+    return fmt, rounding
+
+
 def _scale(scale: float) -> float:
     s = real("scale", scale, lo=0.0, lo_open=True)
     if s == float("inf"):
@@ -199,7 +208,7 @@ def witness_table(fmt: Fp8Format, rounding: Rounding, *, scale: float) -> F64:
         >>> float(t[0x7E]), bool(t[0x38] > 0.125)
         (inf, True)
     """
-    return _table(fmt, rounding, _scale(scale))
+    return _table(*_kinds(fmt, rounding), _scale(scale))
 
 
 def format_witness(codes: ArrayLike, *, fmt: Fp8Format, rounding: Rounding,
@@ -222,8 +231,8 @@ def format_witness(codes: ArrayLike, *, fmt: Fp8Format, rounding: Rounding,
         ...                scale=1.0)[1]
         np.float64(inf)
     """
-    c = np.asarray(codes)
-    if c.size and (not np.issubdtype(c.dtype, np.integer) or c.min() < 0 or c.max() > 255):
+    c = int_array("codes", codes)
+    if c.size and (c.min() < 0 or c.max() > 255):
         raise InvalidValueError("codes", f"array of {c.dtype}", "must hold integers in [0, 256)")
     out: F64 = witness_table(fmt, rounding, scale=scale)[c.astype(np.intp)]
     return out

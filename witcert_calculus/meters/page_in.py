@@ -74,7 +74,7 @@ def block_summary(p_tilde: ArrayLike, c: ArrayLike, *, block_size: int) -> tuple
     """
     p, cc = weights_and_bounds(p_tilde, c, ndim=1)
     bs = positive_int("block_size", block_size)
-    starts = np.arange(0, p.size, bs)
+    starts = np.arange(0, p.size, min(bs, p.size))  # a block longer than S is one block
     mass: F64 = np.add.reduceat(p, starts)
     u: F64 = np.maximum.reduceat(cc, starts)
     return mass, u

@@ -29,7 +29,7 @@ import math
 from typing import Any, Final
 
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.numerics.validation import positive_int, real
+from witcert_calculus.numerics.validation import count, positive_int, real
 
 __all__ = [
     "rate_upper_bound",
@@ -48,9 +48,9 @@ def _mp() -> Any:  # mpmath ships no type information
 
 
 def _sentinel_args(corrupted: int, slots: int, draws: int) -> tuple[int, int, int]:
-    m = positive_int("slots", slots)
-    b = positive_int("corrupted", corrupted)
-    r = positive_int("draws", draws)
+    m = count("slots", slots)
+    b = count("corrupted", corrupted)
+    r = count("draws", draws)
     if b > m:
         raise InvalidValueError("corrupted", corrupted, f"must be <= slots = {m}")
     return b, m, r

@@ -88,6 +88,7 @@ from witcert_calculus.meters.witness import (
 )
 from witcert_calculus.numerics.validation import (
     F64,
+    int_array,
     is_distribution,
     nonneg_array,
     weights_and_bounds,
@@ -521,12 +522,10 @@ def tv_bounds_batch(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike, *,
     checks = _checks(p, cc)
     also: tuple[str, ...] = ()
     if visible is not None:
-        v = np.asarray(visible)
+        v = int_array("visible", visible)
         if v.shape != (p.shape[0],):
             raise InvalidValueError("visible", f"array of shape {v.shape}",
                                     f"must have one entry per row ({p.shape[0]})")
-        if v.size and not np.issubdtype(v.dtype, np.integer):
-            raise InvalidValueError("visible", visible, "must be integer token counts")
         bad = (v < 1) | (v > p.shape[1])
         if bad.any():
             i = int(np.flatnonzero(bad)[0])

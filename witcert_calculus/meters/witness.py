@@ -69,6 +69,7 @@ from witcert_calculus.tiers import (
     assumptions_of,
 )
 from witcert_calculus.numerics.validation import F64, finite_array, nonneg_array, positive_int, real
+from witcert_calculus.numerics.validation import head_dim as head_dim_of
 
 __all__ = [
     "CALLER_LOGIT_BOUND",
@@ -365,7 +366,7 @@ def band_pairs(head_dim: int, *, bands: int) -> tuple[tuple[int, int], ...]:
         >>> band_pairs(8, bands=2)
         ((0, 2), (2, 4))
     """
-    d = positive_int("head_dim", head_dim, minimum=2)
+    d = head_dim_of("head_dim", head_dim, minimum=2)
     if d % 2:
         raise InvalidValueError("head_dim", head_dim, "must be even (RoPE acts on pairs)")
     b = positive_int("bands", bands)
@@ -434,7 +435,10 @@ def _band_norms_upper(x: F64, bands: int, layout: RopeLayout) -> F64:
 
 
 def _store_upward(x: F64, dtype: DTypeLike) -> NDArray[np.floating]:
-    dt = np.dtype(dtype)
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise InvalidValueError("dtype", dtype, "must be float16, float32 or float64") from None
     if dt == np.dtype(np.float64):
         return x
     if dt == np.dtype(np.float16):

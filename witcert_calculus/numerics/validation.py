@@ -6,10 +6,10 @@ this module imports numpy only when an array check runs; ``F64`` resolves on fir
 Main declarations:
 
 - scalars: :func:`exact` (a finite, nonnegative exact rational, at most ``FLOAT_MAX``),
-  :func:`number`, :func:`real`, :func:`positive_int`, :func:`request_id` (the one rule for
+  :func:`number`, :func:`real`, :func:`positive_int`, :func:`count`, :func:`head_dim`, :func:`request_id` (the one rule for
   a request id), :func:`timeout_seconds`;
 - arrays: :func:`real_array` and :func:`as_float_array` (real numbers only: no text,
-  bools, complex or objects), :func:`finite_array`, :func:`nonneg_array`, :func:`distribution`,
+  bools, complex or objects), :func:`int_array`, :func:`finite_array`, :func:`nonneg_array`, :func:`distribution`,
   :func:`is_distribution`; the alias ``F64``.
 
 Every refusal is an :class:`~witcert_calculus.errors.InvalidValueError` (a ``ValueError``)
@@ -96,6 +96,24 @@ def real_array(name: str, value: ArrayLike) -> F64:
     return arr
 
 
+def int_array(name: str, value: ArrayLike) -> NDArray[np.int64]:
+    """Convert to an int64 array of any shape, taking integers only (not bools; empty is fine)."""
+    import numpy as np
+
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidValueError(name, value, f"must be an integer array ({exc})") from None
+    if raw.size == 0:
+        return np.zeros(raw.shape, dtype=np.int64)
+    if raw.dtype.kind not in "iu":
+        raise InvalidValueError(name, value, "must be an integer array")
+    if raw.dtype.kind == "u" and raw.dtype.itemsize == 8 and bool((raw > 2**63 - 1).any()):
+        raise InvalidValueError(name, value, "must hold integers below 2**63")
+    out: NDArray[np.int64] = raw.astype(np.int64)
+    return out
+
+
 def as_float_array(name: str, value: ArrayLike, *, ndim: int | tuple[int, ...]) -> F64:
     """Convert to a float64 array of the given rank (:func:`real_array`); reject NaN."""
     import numpy as np
@@ -178,14 +196,35 @@ def nonempty_text(name: str, value: object) -> str:
     return value
 
 
-def positive_int(name: str, value: object, *, minimum: int = 1) -> int:
-    """An ``int`` (not bool) that is at least ``minimum``."""
+def positive_int(name: str, value: object, *, minimum: int = 1,
+                 maximum: int | None = None) -> int:
+    """An ``int`` (not bool; numpy integers too) that is at least ``minimum`` (and at most
+    ``maximum``, when given)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidValueError(name, value, "must be an int")
     v = int(value)
     if v < minimum:
-        raise InvalidValueError(name, value, f"must be >= {minimum}")
+        raise InvalidValueError(name, _short(value), f"must be >= {minimum}")
+    if maximum is not None and v > maximum:
+        raise InvalidValueError(name, _short(value), f"must be <= {maximum}")
     return v
+
+
+#: Largest head dimension: far above any model's, small enough that per-channel arrays fit.
+HEAD_DIM_MAX: Final = 2**16
+
+#: Largest count of tokens, slots or draws: an int64, and exact as a float up to 2**53.
+COUNT_MAX: Final = 2**53
+
+
+def head_dim(name: str, value: object, *, minimum: int = 1) -> int:
+    """A head dimension: an int in ``[minimum, HEAD_DIM_MAX]``."""
+    return positive_int(name, value, minimum=minimum, maximum=HEAD_DIM_MAX)
+
+
+def count(name: str, value: object, *, minimum: int = 1) -> int:
+    """A count of tokens, slots, rounds or draws: an int in ``[minimum, COUNT_MAX]``."""
+    return positive_int(name, value, minimum=minimum, maximum=COUNT_MAX)
 
 
 def request_id(name: str, value: object) -> int:
