@@ -227,7 +227,7 @@ def test_kappa_is_capped() -> None:
     with pytest.raises(InvalidValueError, match="kappa"):
         EProcess(delta=0.1, kappa=1e300)
     with pytest.raises(InvalidValueError, match="kappa"):
-        EProcess(delta=0.1, kappa=True)  # type: ignore[arg-type]
+        EProcess(delta=0.1, kappa=True)
 
 
 @pytest.mark.parametrize("field,value", [("log_value", math.inf), ("log_value", -math.inf),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
@@ -157,7 +158,7 @@ def _admit_entries(bounds: object, request_id: object = None) -> object:
                              evidence=Proof("WitCert.Meters.tv_eform_sound"), slots=[2])
 
 
-def _tv_batch(visible: object) -> object:
+def _tv_batch(visible: Any) -> object:
     import numpy as np
 
     from witcert_calculus import tv_bounds_batch
@@ -316,7 +317,7 @@ def test_ledger_records_refuse_junk_fields() -> None:
     assert type(counts.deterministic) is int
     for bad in ({"probabilistic": -1}, {"saturated": True}, {"deterministic": 1.5}):
         with pytest.raises(InvalidValueError, match=next(iter(bad))):
-            EventCounts(**bad)  # type: ignore[arg-type]
+            EventCounts(**bad)
     ok = Admission(request_id=1, ordinal=0, kind=EventKind.DETERMINISTIC, decision=Decision.USE,
                    tier=Tier.CERTIFIED, charged=Fraction(0), spent=Fraction(0), prob_index=None,
                    token=None)
@@ -324,5 +325,5 @@ def test_ledger_records_refuse_junk_fields() -> None:
                          ("tier", 3), ("charged", 0.5), ("spent", Fraction(-1)),
                          ("token", 5), ("prob_index", -1)):
         with pytest.raises(InvalidValueError, match=field):
-            dataclasses.replace(ok, **{field: value})
+            dataclasses.replace(ok, **{field: value})  # type: ignore[arg-type]
     assert math.isfinite(float(ok.spent))

@@ -59,12 +59,12 @@ REQUEST_ID_MAX: Final = 2**63 - 1
 TIMEOUT_MAX_S: Final = (2**31 - 1) / 1000
 
 
-def _to_float(value: numbers.Real) -> float:
+def _to_float(value: numbers.Real | int | float | Fraction) -> float:
     # float() of an int or Fraction beyond the float range raises OverflowError; it is +-inf.
     try:
         return float(value)
     except OverflowError:
-        return math.inf if value > 0 else -math.inf
+        return math.inf if cast(Any, value) > 0 else -math.inf
 
 
 def real_array(name: str, value: ArrayLike) -> F64:
@@ -387,8 +387,11 @@ def positive_finite(name: str, value: float) -> float:
 
 def _short(value: object) -> object:
     # A huge exact number shown by its size, not by its four hundred digits.
-    if isinstance(value, (int, Fraction)) and not isinstance(value, bool) and abs(value) > FLOAT_MAX:
-        return f"{'-' if value < 0 else ''}~10**{len(str(abs(int(value)))) - 1}"
+    if isinstance(value, (int, Fraction)) and not isinstance(value, bool):
+        exact_value = Fraction(value)
+        if abs(exact_value) > FLOAT_MAX:
+            sign = "-" if exact_value < 0 else ""
+            return f"{sign}~10**{len(str(abs(int(exact_value)))) - 1}"
     return value
 
 
