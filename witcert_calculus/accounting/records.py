@@ -25,7 +25,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol, final
+from typing import Any, Protocol, cast, final
 
 from witcert_calculus.accounting.entries import EntryCertification
 from witcert_calculus.accounting.slots import SlotState, SlotTable
@@ -57,6 +57,14 @@ def _counts(record: object, *names: str) -> None:
 def _member(record: object, name: str, kind: type) -> None:
     if not isinstance(getattr(record, name), kind):
         raise InvalidValueError(name, getattr(record, name), f"must be a {kind.__name__}")
+
+
+def _pairs_of(pairs: object, kind: type) -> bool:
+    if not isinstance(pairs, tuple):
+        return False
+    items = cast("tuple[object, ...]", pairs)
+    return all(isinstance(p, tuple) and len(cast("tuple[object, ...]", p)) == 2
+               and isinstance(cast("tuple[object, ...]", p)[0], kind) for p in items)
 
 
 def _exact(record: object, name: str, *, optional: bool = False) -> None:
@@ -437,10 +445,8 @@ class LedgerStats:
         _member(self, "counts", EventCounts)
         _exact(self, "worst_spent_fraction")
         for name, kind in (("open_by_tier", Tier), ("slots", SlotState), ("sentinels", str)):
-            pairs = getattr(self, name)
-            if not isinstance(pairs, tuple) or not all(
-                    isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], kind)
-                    for p in pairs):
+            pairs: object = getattr(self, name)
+            if not _pairs_of(pairs, kind):
                 raise InvalidValueError(name, pairs, f"must be a tuple of ({kind.__name__}, "
                                         "value) pairs")
 
