@@ -269,3 +269,25 @@ def test_ledger_sentinel_is_never_silenced(tmp_path: object) -> None:
             break
     assert again.sentinel("s").alarm_step is not None
     again.close()
+
+
+def test_a_journal_holding_an_overflowing_observation_does_not_replay(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A journal written without the range check (an older writer) is refused on replay: the
+    restored sentinel is never one whose log M_t overflowed."""
+    from pathlib import Path
+
+    from witcert_calculus.drift.eprocess import Sentinels
+    from witcert_calculus.errors import JournalError
+    from witcert_calculus.ledger import RiskLedger
+
+    path = Path(str(tmp_path)) / "j.sqlite"
+    led = RiskLedger(journal=path)
+    led.add_sentinel("s", delta=0.01)
+    with monkeypatch.context() as mp:
+        mp.setattr(Sentinels, "check", lambda self, name, batch: None)
+        with pytest.raises(InvalidValueError, match="w="):  # applied after journaling: refused
+            led.observe("s", [1e308], m=0.0, c=1.0)
+    led.close()
+    with pytest.raises(JournalError, match="does not replay"):
+        RiskLedger(journal=path)
