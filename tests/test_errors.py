@@ -327,3 +327,16 @@ def test_ledger_records_refuse_junk_fields() -> None:
         with pytest.raises(InvalidValueError, match=field):
             dataclasses.replace(ok, **{field: value})  # type: ignore[arg-type]
     assert math.isfinite(float(ok.spent))
+
+
+def test_a_bound_that_overflows_a_float_reports_saturation() -> None:
+    """Coefficients are exact and at most the largest float; a bound ``a * e_in + b`` above
+    it is rounded up to ``inf`` (saturated), never clamped to a finite number."""
+    import math
+
+    from witcert_calculus import AtConsume, Contract, KeyResidualAbs, LogitLinf, Proof, Tier
+
+    c = Contract(KeyResidualAbs[AtConsume], LogitLinf[AtConsume], a=1e308, b=0,
+                 evidence=Proof("WitCert.Bridges.score_bridge_sound"), name="s")
+    r = c.bound(10.0)
+    assert r.raw == math.inf and r.tier is Tier.SATURATED
