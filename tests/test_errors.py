@@ -133,29 +133,32 @@ def test_a_forged_bound_names_the_type_and_its_establishers() -> None:
 # AttributeError or MemoryError from inside, and never a silent wrong answer).
 
 def _contract() -> object:
-    from witcert_calculus import AtConsume, Contract, KeyResidualAbs, LogitLinf, Proof
+    from witcert_calculus import AtConsume, score_bridge
 
-    return Contract(KeyResidualAbs[AtConsume], LogitLinf[AtConsume], a=0.5, b=0,
-                    evidence=Proof("WitCert.Bridges.score_bridge_sound"), name="score")
+    return score_bridge(AtConsume, scale=1, q_norm_max=0.5)
 
 
 def _ledger_with_slot() -> tuple[object, int]:
-    from witcert_calculus import AtConsume, AttentionTV, Proof, RiskLedger
+    from reference.issued import proof
+
+    from witcert_calculus import AtConsume, AttentionTV, RiskLedger
 
     led = RiskLedger(n_slots=4)
     r = led.open_request(delta_req="1/100")
     led.admit_entries(r, [0.1], threshold=0.5, metric=AttentionTV[AtConsume],
-                      evidence=Proof("WitCert.Meters.tv_eform_sound"), slots=[1])
+                      evidence=proof("WitCert.Meters.tv_eform_sound"), slots=[1])
     return led, r
 
 
 def _admit_entries(bounds: object, request_id: object = None) -> object:
-    from witcert_calculus import AtConsume, AttentionTV, Proof
+    from reference.issued import proof
+
+    from witcert_calculus import AtConsume, AttentionTV
 
     led, r = _ledger_with_slot()
     return led.admit_entries(r if request_id is None else request_id,  # type: ignore[attr-defined]
                              bounds, threshold=0.5, metric=AttentionTV[AtConsume],
-                             evidence=Proof("WitCert.Meters.tv_eform_sound"), slots=[2])
+                             evidence=proof("WitCert.Meters.tv_eform_sound"), slots=[2])
 
 
 def _tv_batch(visible: Any) -> object:
@@ -204,8 +207,11 @@ def _bad_inputs() -> list[tuple[str, Callable[[], object], type[WitcertError], s
          InvalidValueError, "e_in="),
         ("contract-huge-b", lambda: wc.Contract(
             wc.KeyResidualAbs[wc.AtConsume], wc.LogitLinf[wc.AtConsume], a=0.5, b=10**400,
-            evidence=wc.Proof("WitCert.Bridges.score_bridge_sound"), name="s"),
+            evidence=wc.Measurement("ratio", 3), name="s"),
          InvalidValueError, "b="),
+        ("witness-contract-huge", lambda: wc.witness_contract(wc.AtConsume,
+                                                              witness_max=10**400),
+         InvalidValueError, "witness_max='~10**400'"),
         ("score-bridge-overflow", lambda: wc.score_bridge(wc.AtConsume, scale=1e308,
                                                           q_norm_max=1e308),
          InvalidValueError, "scale"),
@@ -267,9 +273,11 @@ def test_bad_input_is_a_typed_error_naming_the_parameter(
 def test_an_infinite_proved_bound_is_saturated_never_certified() -> None:
     import math
 
-    from witcert_calculus import Measurement, Proof, Tier, decide_tier
+    from reference.issued import proof as issue
 
-    proof = Proof("WitCert.Contract.comp_sound")
+    from witcert_calculus import Measurement, Tier, decide_tier
+
+    proof = issue("WitCert.Contract.comp_sound")
     assert decide_tier(proof, value=math.inf) is Tier.SATURATED
     assert decide_tier(proof, value=math.inf, saturation=1.0) is Tier.SATURATED
     assert decide_tier(Measurement("m", 1), value=math.inf) is Tier.EMPIRICAL
@@ -284,7 +292,9 @@ def test_one_request_id_rule_everywhere() -> None:
     """Python and numpy integers (not bool) in [1, 2**63 - 1], the same for every entry point."""
     import numpy as np
 
-    from witcert_calculus import AtConsume, AttentionTV, Proof, Reading
+    from reference.issued import proof, reading as issue_reading
+
+    from witcert_calculus import AtConsume, AttentionTV
     from witcert_calculus.numerics.validation import REQUEST_ID_MAX, request_id
 
     assert REQUEST_ID_MAX == 2**63 - 1
@@ -295,7 +305,8 @@ def test_one_request_id_rule_everywhere() -> None:
     led, r = _ledger_with_slot()
     grant = led.slots.authorize(np.int64(r), 1)  # type: ignore[attr-defined]
     assert type(grant.reader) is int and grant.reader == r
-    reading = Reading(AttentionTV[AtConsume], 0.01, evidence=Proof("WitCert.Meters.tv_eform_sound"))
+    reading = issue_reading(AttentionTV[AtConsume], 0.01,
+                            evidence=proof("WitCert.Meters.tv_eform_sound"))
     assert led.admit(np.int64(r), reading).request_id == r  # type: ignore[attr-defined]
     with pytest.raises(InvalidValueError, match="request_id=True"):
         led.admit(True, reading)  # type: ignore[attr-defined]
@@ -334,9 +345,8 @@ def test_a_bound_that_overflows_a_float_reports_saturation() -> None:
     it is rounded up to ``inf`` (saturated), never clamped to a finite number."""
     import math
 
-    from witcert_calculus import AtConsume, Contract, KeyResidualAbs, LogitLinf, Proof, Tier
+    from witcert_calculus import AtConsume, Tier, score_bridge
 
-    c = Contract(KeyResidualAbs[AtConsume], LogitLinf[AtConsume], a=1e308, b=0,
-                 evidence=Proof("WitCert.Bridges.score_bridge_sound"), name="s")
+    c = score_bridge(AtConsume, scale=1e308, q_norm_max=1)
     r = c.bound(10.0)
     assert r.raw == math.inf and r.tier is Tier.SATURATED
