@@ -11,8 +11,9 @@ computed by :func:`decide_tier` from the evidence attached to the object:
 - a :class:`Measurement` gives ``EMPIRICAL``;
 - a :class:`Composition` gives the weakest tier of its parts (and at most
   ``PARTIALLY_CERTIFIED`` when composition restricted the domain);
-- a proved bound whose value is at or above its metric's saturation is true but
-  says nothing: it is reported as ``SATURATED``, never as ``CERTIFIED``.
+- a proved bound whose value is at or above its metric's saturation (or infinite,
+  with or without a saturation) is true but says nothing: it is reported as
+  ``SATURATED``, never as ``CERTIFIED``.
 
 Order: ``CERTIFIED > PARTIALLY_CERTIFIED > EMPIRICAL > SATURATED``; composition
 keeps the weakest (:func:`weakest`, the lattice meet; Lean:
