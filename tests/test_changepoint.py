@@ -119,3 +119,12 @@ def test_bad_observations_fold_in_nothing(w: object, m: float, c: float, bad: st
     with pytest.raises(InvalidValueError, match=bad):
         d.observe_many(w, m=m, c=c)  # type: ignore[arg-type]
     assert (d.log_value, d.steps) == before
+
+
+def test_kappa_is_capped_as_for_the_e_process() -> None:
+    from witcert_calculus.drift.eprocess import KAPPA_MAX
+
+    EDetector(alpha=0.1, kappa=KAPPA_MAX)
+    for bad in (KAPPA_MAX * 2, 1e300, True, "0.5"):
+        with pytest.raises(InvalidValueError, match="kappa"):
+            EDetector(alpha=0.1, kappa=bad)  # type: ignore[arg-type]

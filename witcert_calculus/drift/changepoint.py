@@ -43,10 +43,10 @@ from typing import final
 import numpy as np
 import numpy.typing as npt
 
-from witcert_calculus.drift.eprocess import log_factors, observation_batch
+from witcert_calculus.drift.eprocess import KAPPA_MAX, log_factors, observation_batch
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.numerics.rounding import STEP_SLACK
-from witcert_calculus.numerics.validation import open_level, positive_finite, positive_int
+from witcert_calculus.numerics.validation import open_level, positive_int, real
 
 __all__ = ["EDetector", "run_lengths"]
 
@@ -61,7 +61,8 @@ class EDetector:
             the factors of :func:`~witcert_calculus.drift.eprocess.log_factors`.
 
     Raises:
-        InvalidValueError: if ``alpha`` is outside (0, 1) or ``kappa`` is not finite and > 0.
+        InvalidValueError: if ``alpha`` is outside (0, 1) or ``kappa`` outside
+            ``(0, KAPPA_MAX]`` (:data:`~witcert_calculus.drift.eprocess.KAPPA_MAX`).
 
     Example:
         >>> d = EDetector(alpha=0.01)
@@ -78,7 +79,7 @@ class EDetector:
 
     def __init__(self, *, alpha: float | Fraction, kappa: float = 0.5) -> None:
         a = open_level("alpha", alpha)
-        k = positive_finite("kappa", kappa)
+        k = real("kappa", kappa, lo=0.0, hi=KAPPA_MAX, lo_open=True)
         self._alpha = a
         self._kappa = k
         self._pen4 = 4.0 * k * k
