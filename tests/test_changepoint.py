@@ -111,7 +111,9 @@ def test_bad_parameters_name_the_value(kw: dict[str, float], bad: str) -> None:
 @pytest.mark.parametrize(("w", "m", "c", "bad"), [([math.nan], 0.5, 1.0, "w"),
                                                   ([0.5], math.inf, 1.0, "m"),
                                                   ([0.5], 0.5, 0.0, "c"),
-                                                  ([[0.5]], 0.5, 1.0, "w")])
+                                                  ([[0.5]], 0.5, 1.0, "w"),
+                                                  ([1e308], 0.5, 1.0, "w"),
+                                                  ([2.0], 0.5, 1.0, "w")])
 def test_bad_observations_fold_in_nothing(w: object, m: float, c: float, bad: str) -> None:
     d = EDetector(alpha=0.1)
     d.observe(0.7, m=0.5, c=1.0)
