@@ -84,7 +84,7 @@ def _ledger_call(method: str, *args: object, **kwargs: object) -> object:
     r = led.open_request(delta_req="1/100")
     led.add_sentinel("s", delta=0.01)
     led.admit_entries(r, [0.1], threshold=0.5, metric=TV, evidence=P, slots=[1])
-    target: Any = led.slots if method == "authorize" else led
+    target: Any = led.slots if method in ("authorize", "read", "record") else led
     return getattr(target, method)(*args, **kwargs)
 
 
@@ -132,6 +132,10 @@ CASES: dict[str, Case] = {
     "RiskLedger.close_request": Case(_ledger("close_request"), (1,)),
     "RiskLedger.verdict": Case(_ledger("verdict"), (1,)),
     "RiskLedger.slots.authorize": Case(_ledger("authorize"), (1, 1)),
+    "RiskLedger.slots.read": Case(_ledger("read"), (wc.ReadGrant(1, 1, 1, 1),)),
+    "RiskLedger.slots.record": Case(_ledger("record"), (1,)),
+    "RiskLedger.evict": Case(_ledger("evict"), (1, [1])),
+    "RiskLedger.next_allowance": Case(_ledger("next_allowance"), (1,)),
     "Transfer": Case(wc.Transfer, (wc.TransferKind.TANH, Fraction(1, 2))),
     "Transfer.__call__": Case(wc.Transfer(wc.TransferKind.EXP_TV), (0.1,)),
     "Verdict": Case(wc.Verdict, (1, wc.Tier.CERTIFIED, Fraction(1, 100), Fraction(0),

@@ -249,7 +249,10 @@ class SlotTable:
             UnknownRequestError: if the reader is not an open request of the ledger.
             StaleReadError: if the slot's generation moved on since the grant.
             UnwrittenSlotError: if the slot holds no bytes.
+            InvalidValueError: if ``grant`` is not a :class:`ReadGrant`.
         """
+        if not isinstance(grant, ReadGrant):
+            raise InvalidValueError("grant", grant, "must be a ReadGrant from authorize()")
         s = self._check_slot(grant.slot)
         with self._lock:
             self._dir.sync()
