@@ -256,7 +256,7 @@ SKIPPED: frozenset[str] = frozenset({
     "symbolic_chain", "registered_metrics",
     "Premise", "Proof",  # issued by the code that checked them (test_evidence.py)
     "declare",  # needs a registered user export (test_user_export.py)
-    "Schema", "Claim",  # a theorem's registration and the numbers it issues (test_schemas)
+    "Schema", "Claim",  # a theorem's registration and the numbers it issues
 })
 
 JUNK = st.one_of(
