@@ -114,8 +114,11 @@ def _saturation_line(transfer: Transfer) -> Callable[[], Claim]:
 
 def _affine(eps0: Fraction) -> Claim:
     # the slope exp(2 eps0), evaluated with 50 digits and rounded upward
-    slope = Fraction(Transfer(TransferKind.EXP_TV)(float(eps0)) * 2 + 1)
-    return Claim(a=Fraction(math.nextafter(float(slope), math.inf)), b=0, cap=eps0)
+    slope = Transfer(TransferKind.EXP_TV)(float(eps0)) * 2 + 1
+    if not math.isfinite(slope):
+        raise InvalidValueError("eps0", eps0, "is too large: the slope exp(2 eps0) overflows "
+                                "a float")
+    return Claim(a=Fraction(math.nextafter(float(Fraction(slope)), math.inf)), b=0, cap=eps0)
 
 
 def _pooled_l2(weights: tuple[Fraction, ...]) -> Claim:
@@ -360,11 +363,7 @@ def softmax_tv_affine(site: type[S], *, eps0: Number) -> Contract[LogitLinf[S], 
         >>> c.tier.name, c.subset
         ('PARTIALLY_CERTIFIED', 'e_in <= 0.1 (exactly 3602879701896397/36028797018963968)')
     """
-    e0 = exact(eps0, "eps0")
-    if not math.isfinite(Transfer(TransferKind.EXP_TV)(float(e0)) * 2 + 1):
-        raise InvalidValueError("eps0", eps0, "is too large: the slope exp(2 eps0) overflows "
-                                "a float")
-    return SCHEMAS["softmax_tv_affine"].issue(site, eps0=e0)
+    return SCHEMAS["softmax_tv_affine"].issue(site, eps0=exact(eps0, "eps0"))
 
 
 def empirical_ratio_bridge(m_in: type[A], m_out: type[B], *, ratio: Number, samples: int,

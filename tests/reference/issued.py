@@ -63,8 +63,9 @@ def stage(m_in: Any, m_out: Any, *, a: Number, b: Number, evidence: Evidence, na
           transfer: Transfer | None = None) -> Contract[Any, Any]:
     """A contract with the given evidence's theorem, premises and assumptions, its proof
     issued for this contract's claim (a measurement is kept as it is)."""
+    assumptions: tuple[Assumption, ...] = ()
     if isinstance(evidence, Proof):
-        theorem, premises, assumptions = evidence.theorem, evidence.premises, ()
+        theorem, premises = evidence.theorem, evidence.premises
     elif isinstance(evidence, Restricted):
         theorem, premises = evidence.proof.theorem, evidence.proof.premises
         assumptions = evidence.assumptions
