@@ -148,10 +148,10 @@ def _recurrence(a_steps: tuple[Fraction, ...], b_steps: tuple[Fraction, ...]) ->
     return Claim(a=a_tot, b=b_tot)
 
 
-_CS = ("s * s * (WitCert.Bridges.normSqFst l * WitCert.Bridges.normSqSnd l)",)
+_CS = ("s * s * (Bridges.normSqFst l * Bridges.normSqSnd l)",)
 _WITNESS = ("p.fst ≤ 0 * e + w",)
 _EFORM = ("≤ 1 / 2 * (E.exp (2 * ε) - 1)",)
-_TANH = ("WitCert.Analytic.tanhE E ((M - m) / 4)",)
+_TANH = ("Analytic.tanhE E ((M - m) / 4)",)
 
 #: Each public rule of this module and the schema of the theorem that proves it.
 SCHEMAS: Final[dict[str, Schema]] = {rule: _builtin(schema) for rule, schema in {
@@ -185,8 +185,8 @@ SCHEMAS: Final[dict[str, Schema]] = {rule: _builtin(schema) for rule, schema in 
     "pooling.l2": Schema(POOLING_L2_CALIBER, PerTokenL2, PooledError, ("weights",),
                          _pooled_l2, premises=(
                              ("w >= 0", _weights_nonnegative),),
-                         states=("WitCert.Bridges.dot l * WitCert.Bridges.dot l ≤ "
-                                 "WitCert.Bridges.normSqFst l * WitCert.Bridges.normSqSnd l",),
+                         states=("Bridges.dot l * Bridges.dot l ≤ "
+                                 "Bridges.normSqFst l * Bridges.normSqSnd l",),
                          name="pooling (l2 caliber)"),
     "pooling.max": Schema(POOLING_MAX_CALIBER, PerTokenMax, PooledError, ("weights",),
                           _pooled_max, premises=(
@@ -195,12 +195,12 @@ SCHEMAS: Final[dict[str, Schema]] = {rule: _builtin(schema) for rule, schema in 
                           name="pooling (max caliber)"),
     "rank_prefix_selection": Schema(RANK_PREFIX_SELECTION_SOUND, AttentionTV, AttentionTV,
                                     ("m_out", "m_in"), _selection,
-                                    states=("≤ (mOut + mIn) / 2 + WitCert.Bridges.tv common",),
+                                    states=("≤ (mOut + mIn) / 2 + Bridges.tv common",),
                                     name="rank-prefix selection"),
     "recurrence": Schema(RECURRENCE_COMP_SOUND, RecurrentStateError, RecurrentStateError,
                          ("a_steps", "b_steps"), _recurrence, premises=(
                              ("a_t >= 0 for every step", _slopes_nonnegative),),
-                         states=("WitCert.Bridges.recurrenceCoeffs (1, 0)",),
+                         states=("Bridges.recurrenceCoeffs (1, 0)",),
                          name="recurrence"),
 }.items()}
 

@@ -70,9 +70,10 @@ class Schema:
         claim: the parameters -> the :class:`Claim`.
         premises: ``(statement, checker)`` pairs; each checker computes from the parameters
             whether its premise holds (a ``bool``).
-        states: fragments of the theorem's Lean statement that state the claim (for a theorem
-            of a registered export, checked here against its statement; for the library's
-            own, against the committed statement by :func:`check_schemas`).
+        states: fragments of the theorem's Lean statement that state the claim, with the
+            names it uses written without their ``WitCert.`` root (for a theorem of a
+            registered export, checked here against its statement; for the library's own,
+            against the committed statement by :func:`check_schemas`).
         name: the stage name of the contracts it issues.
         assumptions: what every contract of the schema assumes and no code checks (its tier
             is then at most PARTIALLY_CERTIFIED).
@@ -122,7 +123,7 @@ class Schema:
         # here; the library's own against the committed lock by the formal sync check.
         if record.origin != BUILTIN_ORIGIN:
             for fragment in self.states:
-                if fragment not in record.statement:
+                if fragment not in _unrooted(record.statement):
                     raise InvalidValueError("states", fragment,
                                             f"{self.theorem} does not state it: "
                                             f"{record.statement}")
@@ -167,6 +168,12 @@ class Schema:
                        assumptions=self.assumptions, params=_describe(params))
 
 
+def _unrooted(statement: str) -> str:
+    """A statement as the schemas quote it: definitions named without the ``WitCert.`` root
+    (so that a fragment never reads as a theorem name the package cites)."""
+    return statement.replace("WitCert.", "")
+
+
 def _describe(params: Mapping[str, object]) -> str:
     """The parameters as a reader sees them in ``explain()`` (arrays by their size)."""
     parts: list[str] = []
@@ -194,7 +201,7 @@ def _builtin(schema: Schema) -> Schema:
 #: :func:`~witcert_calculus.contracts.identity` (which issues it directly, being the unit this
 #: module's contracts compose with; ``IDENTITY.issue(metric) == identity(metric)``).
 IDENTITY: Final = _builtin(Schema(ID_SOUND, None, None, (), lambda: Claim(a=1, b=0),
-                                  states=("eOut ≤ e → (WitCert.Contract.id m).Holds e eOut",),
+                                  states=("eOut ≤ e → (Contract.id m).Holds e eOut",),
                                   name="identity"))
 
 
@@ -225,5 +232,5 @@ def check_schemas(statements: Mapping[str, str]) -> list[str]:
         if not schema.states:
             problems.append(f"{schema.name}: no fragment of {schema.theorem} is stated")
         problems.extend(f"{schema.name}: {schema.theorem} no longer states {fragment!r}"
-                        for fragment in schema.states if fragment not in statement)
+                        for fragment in schema.states if fragment not in _unrooted(statement))
     return problems

@@ -83,7 +83,7 @@ OUTPUT_ERROR: Final = _builtin(Schema(
     premises=(("value_norm_max >= 0", _norm_nonnegative),
               ("rho_t >= 0 for every token t", _rho_nonnegative),
               ("p_tilde is a probability vector (renormalized)", _p_distribution)),
-    states=("≤ 2 * WitCert.Analytic.tv p q L * M + WitCert.Analytic.lsum (fun t => q t * ρ t) L",),
+    states=("≤ 2 * Analytic.tv p q L * M + Analytic.lsum (fun t => q t * ρ t) L",),
     name="output_error", assumptions=(VALUE_NORM_ASSUMPTION, RHO_ASSUMPTION)))
 
 
