@@ -16,7 +16,8 @@
 # on this machine from the same inputs and the same Lean binary is restored from the module
 # cache in ~/.cache/witcert-calculus/lean-modules (WITCERT_LEAN_CACHE=DIR moves it,
 # WITCERT_LEAN_CACHE=off disables it: a clean checkout then builds everything). The packages
-# are cached in .cache/lean (ignored by git).
+# are cached in .cache/lean (ignored by git). The driver runs the package's lean.js with its
+# dlsym scan replaced by an indexed lookup (patch_loader in scripts/lean_driver.py).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="$ROOT/.cache/lean"

@@ -9,23 +9,39 @@
 #                                          mypy and pyright run beside pytest
 #   bash scripts/test.sh [--quick] ARGS    ARGS go to pytest (e.g. -x, -k EXPR, a test file)
 #
-# The whole run builds Lean in the background (scripts/lean_build.sh, its output in
-# out/lean_build.log) while pytest runs every test not marked `lean` and then the type checkers
-# run: one Lean process beside them on a two-core machine, two once they are done (the count
-# is read from out/lean_build.jobs before each module starts). Then it waits for the build,
-# showing its log if it failed, and runs the tests marked `lean`: they read the build's outputs
-# (formal/build/, the toolchain in .cache/lean) and fail, never skip, when those are missing.
+#   bash scripts/test.sh --lean-and-checkers [ARGS]
+#                                          the Lean build, the tests marked `lean`, mypy, pyright
+#
+# The whole run puts the --lean-and-checkers part (its output in out/lean_and_checkers.log,
+# shown after pytest's; the build's own log in out/lean_build.log) beside pytest running every
+# test not marked `lean`: one Lean process while pytest runs, two after it (the count is read
+# from out/lean_build.jobs before each module starts). The tests marked `lean` read the build's
+# outputs (formal/build/, the toolchain in .cache/lean) and fail, never skip, when those are
+# missing; they do not run when the build failed.
 # Every part runs even when an earlier one failed; the exit status is nonzero when any did, and
 # the last line names them.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+RUN="test.sh"
 QUICK=0
-if [ "${1:-}" = "--quick" ]; then
-    QUICK=1
-    shift
-fi
-bash scripts/setup.sh || exit 1
+LEAN_AND_CHECKERS=0
+FAILED_FILE=""
+JOBS_FILE=()
+case "${1:-}" in
+    --quick) QUICK=1; shift ;;
+    --lean-and-checkers)
+        LEAN_AND_CHECKERS=1; RUN="test.sh --lean-and-checkers"; shift
+        # Set by the whole run: where to list the failed parts, the Lean jobs file.
+        while [ "${1:-}" = "--failed-file" ] || [ "${1:-}" = "--jobs-file" ]; do
+            case "$1" in
+                --failed-file) FAILED_FILE="${2:?--failed-file needs a file}" ;;
+                --jobs-file) JOBS_FILE=(--jobs-file "${2:?--jobs-file needs a file}") ;;
+            esac
+            shift 2
+        done ;;
+esac
+[ "${WITCERT_SETUP_DONE:-0}" = 1 ] || bash scripts/setup.sh || exit 1
 
 FAILED=()
 # pytest exits 5 when it collected nothing: ARGS that select only the other part's tests.
@@ -44,13 +60,16 @@ checkers() {
     .venv/bin/pyright || FAILED+=("pyright")
 }
 finish() {
+    if [ -n "$FAILED_FILE" ]; then
+        printf '%s\n' ${FAILED[@]+"${FAILED[@]}"} >"$FAILED_FILE"
+    fi
     if [ "${#FAILED[@]}" -ne 0 ]; then
         local joined
         joined="$(printf '%s; ' "${FAILED[@]}")"
-        echo "test.sh: FAILED: ${joined%; }" >&2
+        echo "$RUN: FAILED: ${joined%; }" >&2
         exit 1
     fi
-    echo "test.sh: ok"
+    echo "$RUN: ok"
     exit 0
 }
 
@@ -68,48 +87,71 @@ if [ "$QUICK" -eq 1 ]; then
     finish
 fi
 
-LEAN_PID=""
 LEAN_LOG="out/lean_build.log"
 LEAN_JOBS="out/lean_build.jobs"
-stop_lean() {
-    # The build runs in its own session (setsid), so its Lean processes go with it.
-    if [ -n "$LEAN_PID" ]; then kill -TERM -- "-$LEAN_PID" 2>/dev/null || kill "$LEAN_PID" 2>/dev/null; fi
+lean_and_checkers() {
+    # The Lean build (its log in $LEAN_LOG; shown when it failed), the tests that read its
+    # outputs, then the type checkers.
+    local rc
+    if [ -f scripts/lean_build.sh ]; then
+        echo "== Lean build (log: $LEAN_LOG)"
+        bash scripts/lean_build.sh --jobs 2 ${JOBS_FILE[@]+"${JOBS_FILE[@]}"} >"$LEAN_LOG" 2>&1
+        rc=$?
+        if [ "$rc" -ne 0 ]; then
+            cat "$LEAN_LOG"
+            echo "lean-build: FAILED (exit $rc); the log above is $LEAN_LOG" >&2
+            FAILED+=("Lean build" "pytest (lean: not run, the Lean build failed)")
+        else
+            tail -n 3 "$LEAN_LOG"
+            pytest_part "lean" -m "lean" "$@"
+        fi
+    fi
+    checkers
 }
-trap stop_lean EXIT
+
+mkdir -p out
+if [ "$LEAN_AND_CHECKERS" -eq 1 ]; then
+    lean_and_checkers "$@"
+    finish
+fi
+
+# The whole run: pytest on one core; the Lean build (one Lean process while pytest runs, two
+# after it), the tests marked `lean` and the type checkers on the other, their output shown
+# after pytest's.
+BESIDE_PID=""
+BESIDE_LOG="out/lean_and_checkers.log"
+BESIDE_FAILED="out/lean_and_checkers.failed"
+stop_beside() {
+    # The part beside pytest runs in its own session (setsid), so its Lean processes go with it.
+    if [ -n "$BESIDE_PID" ]; then
+        kill -TERM -- "-$BESIDE_PID" 2>/dev/null || kill "$BESIDE_PID" 2>/dev/null
+    fi
+}
+trap stop_beside EXIT
 trap 'exit 130' INT TERM
-if [ -f scripts/lean_build.sh ]; then
-    mkdir -p out
-    echo 1 >"$LEAN_JOBS"
-    echo "== Lean build in the background (log: $LEAN_LOG)"
-    LEAN=(bash scripts/lean_build.sh --jobs 2 --jobs-file "$LEAN_JOBS")
-    if command -v setsid >/dev/null; then
-        setsid "${LEAN[@]}" >"$LEAN_LOG" 2>&1 &
-    else
-        "${LEAN[@]}" >"$LEAN_LOG" 2>&1 &
-    fi
-    LEAN_PID=$!
-fi
-pytest_part "not lean" -m "not lean" "$@"
-checkers
-LEAN_OK=1
-if [ -n "$LEAN_PID" ]; then
-    echo 2 >"$LEAN_JOBS"
-    echo "== waiting for the Lean build"
-    wait "$LEAN_PID"
-    rc=$?
-    LEAN_PID=""
-    if [ "$rc" -ne 0 ]; then
-        LEAN_OK=0
-        cat "$LEAN_LOG"
-        echo "lean-build: FAILED (exit $rc); the log above is $LEAN_LOG" >&2
-        FAILED+=("Lean build")
-    else
-        tail -n 3 "$LEAN_LOG"
-    fi
-fi
-if [ "$LEAN_OK" -eq 1 ]; then
-    pytest_part "lean" -m "lean" "$@"
+echo 1 >"$LEAN_JOBS"
+rm -f "$BESIDE_FAILED"
+echo "== beside pytest: the Lean build, the tests marked lean, mypy and pyright (log: $BESIDE_LOG)"
+BESIDE=(bash scripts/test.sh --lean-and-checkers --failed-file "$BESIDE_FAILED"
+        --jobs-file "$LEAN_JOBS" "$@")
+if command -v setsid >/dev/null; then
+    WITCERT_SETUP_DONE=1 setsid "${BESIDE[@]}" >"$BESIDE_LOG" 2>&1 &
 else
-    FAILED+=("pytest (lean: not run, the Lean build failed)")
+    WITCERT_SETUP_DONE=1 "${BESIDE[@]}" >"$BESIDE_LOG" 2>&1 &
+fi
+BESIDE_PID=$!
+pytest_part "not lean" -m "not lean" "$@"
+echo 2 >"$LEAN_JOBS"
+echo "== waiting for the part beside pytest"
+wait "$BESIDE_PID"
+rc=$?
+BESIDE_PID=""
+cat "$BESIDE_LOG"
+if [ -f "$BESIDE_FAILED" ]; then
+    while IFS= read -r part; do
+        [ -n "$part" ] && FAILED+=("$part")
+    done <"$BESIDE_FAILED"
+elif [ "$rc" -ne 0 ]; then
+    FAILED+=("the Lean build, the lean tests and the type checkers (exit $rc, no result)")
 fi
 finish

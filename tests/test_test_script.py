@@ -55,13 +55,17 @@ def test_the_markers_are_registered() -> None:
 def test_the_script_runs_lean_beside_pytest_and_its_tests_after() -> None:
     text = SCRIPT.read_text(encoding="utf-8")
     assert subprocess.run(["bash", "-n", str(SCRIPT)], check=False).returncode == 0
-    # the build in the background: one Lean process beside pytest and the checkers, two after
-    assert re.search(r"lean_build\.sh --jobs 2 --jobs-file \"\$LEAN_JOBS\"", text)
-    assert re.search(r"\"\$\{LEAN\[@\]\}\" >\"\$LEAN_LOG\" 2>&1 &", text)
-    steps = ('echo 1 >"$LEAN_JOBS"', '-m "not lean"', "\ncheckers\n", 'echo 2 >"$LEAN_JOBS"',
-             'wait "$LEAN_PID"', '-m "lean"')
+    # beside pytest, in its own session: the build (one Lean process, two after pytest), the
+    # tests marked lean, the checkers
+    assert re.search(r"lean_build\.sh --jobs 2 \$\{JOBS_FILE\[@\]\+", text)
+    assert re.search(r"setsid \"\$\{BESIDE\[@\]\}\" >\"\$BESIDE_LOG\" 2>&1 &", text)
+    steps = ('echo 1 >"$LEAN_JOBS"', "--lean-and-checkers --failed-file", '-m "not lean"',
+             'echo 2 >"$LEAN_JOBS"', 'wait "$BESIDE_PID"')
     order = [text.index(s) for s in steps]
     assert order == sorted(order)
+    body = text[text.index("lean_and_checkers() {"):]
+    inner = ("lean_build.sh", '-m "lean"', "    checkers\n")
+    assert [body.index(s) for s in inner] == sorted(body.index(s) for s in inner)
     # the quick mode: no Lean, no slow tests, no engine
     assert '-m "not lean and not slow and not engine"' in text
     # CI runs the whole suite
@@ -80,12 +84,19 @@ def _scratch(tmp_path: Path, *, lean_rc: int = 0, pytest_rc: str = "0 0",
     stubs = {
         "scripts/setup.sh": "exit 0",
         # the build: its arguments, the job count at its start and once raised (or 5 s later)
-        "scripts/lean_build.sh": f"""echo "lean $* start=$(cat out/lean_build.jobs)" >> calls
-for _ in $(seq 50); do [ "$(cat out/lean_build.jobs)" = 2 ] && break; sleep 0.1; done
-echo "lean end=$(cat out/lean_build.jobs)" >> calls
+        "scripts/lean_build.sh": f"""jobs() {{ cat out/lean_build.jobs 2>/dev/null || echo none; }}
+echo "lean $* start=$(jobs)" >> calls
+case "$*" in *--jobs-file*)
+    for _ in $(seq 50); do [ "$(jobs)" = 2 ] && break; sleep 0.1; done ;;
+esac
+echo "lean end=$(jobs)" >> calls
 echo "lean-build: ok"
 exit {lean_rc}""",
-        ".venv/bin/python": f"""echo "python $*" >> calls
+        # pytest beside a build (the whole run) returns once the build has started
+        ".venv/bin/python": f"""if [ -f out/lean_build.jobs ]; then
+    for _ in $(seq 50); do grep -q '^lean' calls 2>/dev/null && break; sleep 0.1; done
+fi
+echo "python $*" >> calls
 codes=({pytest_rc}); n=$(grep -c '^python' calls)
 exit "${{codes[$((n - 1))]:-0}}" """,
         ".venv/bin/mypy": f'echo mypy >> calls; exit {mypy_rc}',
@@ -111,8 +122,24 @@ def test_the_whole_run_orders_its_parts(tmp_path: Path) -> None:
     lean = [c for c in calls if c.startswith("lean")]
     assert lean == ["lean --jobs 2 --jobs-file out/lean_build.jobs start=1", "lean end=2"]
     rest = [c for c in calls if not c.startswith("lean")]
-    assert rest == ["python -m pytest -m not lean -x", "mypy", "pyright",
-                    "python -m pytest -m lean -x"]
+    assert rest == ["python -m pytest -m not lean -x", "python -m pytest -m lean -x", "mypy",
+                    "pyright"]
+
+
+def test_the_part_beside_pytest_runs_alone(tmp_path: Path) -> None:
+    rc, calls, out = _run(_scratch(tmp_path), "--lean-and-checkers", "-k", "formal")
+    assert rc == 0 and out.rstrip().endswith("test.sh --lean-and-checkers: ok"), out
+    assert calls == ["lean --jobs 2 start=none", "lean end=none",
+                     "python -m pytest -m lean -k formal", "mypy", "pyright"]
+
+
+def test_a_part_beside_pytest_that_leaves_no_result_fails_the_run(tmp_path: Path) -> None:
+    root = _scratch(tmp_path)
+    (root / ".venv" / "bin" / "mypy").write_text("#!/usr/bin/env bash\nkill -9 $PPID\n",
+                                                  encoding="utf-8")
+    rc, _, out = _run(root)
+    assert rc == 1
+    assert "no result" in out.splitlines()[-1], out
 
 
 def test_every_part_runs_and_each_failure_is_named(tmp_path: Path) -> None:
