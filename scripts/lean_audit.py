@@ -30,7 +30,8 @@ Three checks:
    Lean itself stored in the compiled ``.olean.private`` files (:func:`olean_constants`, which
    reads Lean's own object files; generated lemmas such as ``eq_1`` or ``sizeOf_spec`` are set
    aside by :func:`is_generated`). The compiled files also must hold no ``axiom`` and no
-   ``opaque`` constant of the project.
+   ``opaque`` constant of any name, and no constant whose type or value refers to a
+   :data:`TRUST_CONSTANTS` constant (:func:`trust_leaks`, read from Lean's ``Expr`` trees).
 
 Main declarations: :data:`RULES`, :func:`strip_comments`, :func:`audit_sources`,
 :func:`audit_tree`, :func:`declared_theorems`, :func:`olean_constants`, :func:`lean_theorems`,
@@ -63,16 +64,11 @@ def _word(word: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w']){re.escape(word)}(?![\w'!?])")
 
 
-# A command position: line start, then any attributes and declaration modifiers.
-_CMD = (r"^[ \t]*(?:@\[[^\]]*\][ \t]*)*(?:(?:public|private|protected|noncomputable|nonrec|"
-        r"partial|scoped|local)[ \t]+)*")
-
 RULES: tuple[Rule, ...] = (
     Rule("sorry", _word("sorry"), "an unproved goal"),
     Rule("sorryAx", _word("sorryAx"), "an unproved goal"),
     Rule("admit", _word("admit"), "an unproved goal"),
-    Rule("axiom", re.compile(_CMD + r"axiom\b", re.MULTILINE),
-         "an axiom declaration adds an unproved assumption"),
+    Rule("axiom", _word("axiom"), "an axiom declaration adds an unproved assumption"),
     Rule("native_decide", _word("native_decide"), "trusts the compiler"),
     Rule("decide +native", re.compile(r"\+native\b|\bnative[ \t]*:=[ \t]*true\b"),
          "trusts the compiler"),
@@ -101,10 +97,9 @@ RULES: tuple[Rule, ...] = (
     Rule("syntax", _word("syntax"), "new syntax drives macros or elaborators"),
     Rule("declare_syntax_cat", _word("declare_syntax_cat"),
          "new syntax drives macros or elaborators"),
-    Rule("initialize", re.compile(_CMD + r"(?:builtin_)?initialize\b", re.MULTILINE),
+    Rule("initialize", re.compile(r"(?<![\w'])(?:builtin_)?initialize(?![\w'!?])"),
          "initialisation code runs meta code"),
-    Rule("meta", re.compile(_CMD + r"meta\b", re.MULTILINE),
-         "meta declarations and imports run at elaboration"),
+    Rule("meta", _word("meta"), "meta declarations and imports run at elaboration"),
     Rule("addDecl", _word("addDecl"), "adds a declaration from meta code"),
     Rule("addAndCompile", _word("addAndCompile"), "adds a declaration from meta code"),
     Rule("modifyEnv", _word("modifyEnv"), "changes the environment from meta code"),
@@ -113,7 +108,9 @@ RULES: tuple[Rule, ...] = (
          "elaborator internals (Lean.Elab.Command and friends) can add declarations"),
     Rule("CommandElabM", _word("CommandElabM"), "command elaboration can add declarations"),
 )
-"""The banned constructs, checked in every ``.lean`` file (comments and strings removed)."""
+"""The banned constructs, checked in every ``.lean`` file (comments and strings removed). A
+keyword is banned wherever it stands as a word, not only at a line's start: after ``open X in``
+or ``set_option o v in``, or after another command on the same line."""
 
 # A literal each rule's matches contain: a substring test skips most regex scans.
 _NEEDLES = {"axiom": "axiom", "decide +native": "native", "set_option debug.*": "debug.",
@@ -126,7 +123,7 @@ program calls ``Lean.collectAxioms``); every rule of :data:`RULES` still applies
 IMPORT = re.compile(r"^[ \t]*(?:public[ \t]+)?(?:meta[ \t]+)?import[ \t]+(\S+)", re.MULTILINE)
 
 
-_SPECIAL = re.compile(r"/-|-/|--|\"|(?<![\w'.])'(?:\\.|[^\\\n])'|\n")
+_SPECIAL = re.compile(r"/-|-/|--|(?<![\w'.])r#*\"|\"|(?<![\w'.])'(?:\\.|[^\\\n])'|\n")
 
 
 def strip_comments(text: str) -> str:
@@ -162,6 +159,12 @@ def strip_comments(text: str) -> str:
         elif tok == "--":
             j = text.find("\n", start)
             pos = n if j < 0 else j
+        elif tok.startswith("r"):  # a raw string r"..." or r#"..."#: no escapes inside
+            close = '"' + "#" * (len(tok) - 2)
+            j = text.find(close, m.end())
+            j = n if j < 0 else j
+            out.append('""' + "\n" * text.count("\n", start, j))
+            pos = j + len(close)
         elif tok == '"':
             j = start + 1
             while j < n and text[j] != '"':
@@ -349,7 +352,7 @@ class _Regions:
         return render_name(parts[::-1])
 
 
-_LAM, _MDATA, _PROJ = 6, 10, 11
+_LAM, _MDATA, _PROJ = 6, 10, 11  # Expr constructor tags
 
 
 def _is_projection(mem: _Regions, value: int) -> bool:
@@ -366,6 +369,28 @@ def _is_projection(mem: _Regions, value: int) -> bool:
     return False
 
 
+def _module_constants(olean: Path) -> list[tuple[str, str, _Regions, list[int]]]:
+    """(kind, name, regions, fields of the constant's value record) of every constant a
+    compiled module declares; see :func:`olean_constants`."""
+    paths = [olean, olean.with_name(olean.name + ".server"),
+             olean.with_name(olean.name + ".private")]
+    try:
+        mem = _Regions([p for p in paths if p.exists()])
+        _tag, module_data = mem.fields(mem.root)
+        out: list[tuple[str, str, _Regions, list[int]]] = []
+        for c in mem.array(module_data[2]):
+            kind, cf = mem.fields(c)
+            _t, val = mem.fields(cf[0])
+            _t, constant_val = mem.fields(val[0])
+            name = _KINDS[kind] if kind < len(_KINDS) else str(kind)
+            if name == "theorem" and _is_projection(mem, val[1]):
+                name = "field"
+            out.append((name, mem.name(constant_val[0]), mem, val))
+        return out
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise OleanError(f"{olean}: unreadable ({exc})") from None
+
+
 def olean_constants(olean: Path) -> list[tuple[str, str]]:
     """(kind, name) of every constant a compiled module declares, as Lean stored it.
 
@@ -379,20 +404,58 @@ def olean_constants(olean: Path) -> list[tuple[str, str]]:
     Raises:
         OleanError: if the files are not in the expected format.
     """
-    paths = [olean, olean.with_name(olean.name + ".server"),
-             olean.with_name(olean.name + ".private")]
+    return [(kind, name) for kind, name, _mem, _val in _module_constants(olean)]
+
+
+_CONST, _APP, _PI, _LET = 4, 5, 7, 8
+_WITH_VALUE = ("def", "theorem", "field", "opaque")
+
+
+def _used_constants(mem: _Regions, roots: Iterable[int]) -> set[str]:
+    """The names of the ``Expr.const`` nodes reachable from the given expressions."""
+    used: set[str] = set()
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        ptr = stack.pop()
+        if ptr & 1 or ptr in seen:  # a boxed scalar, or a shared subterm already visited
+            continue
+        seen.add(ptr)
+        tag, f = mem.fields(ptr)
+        if tag == _CONST:
+            used.add(mem.name(f[0]))
+        elif tag == _APP:
+            stack += (f[0], f[1])
+        elif tag in (_LAM, _PI):
+            stack += (f[1], f[2])
+        elif tag == _LET:
+            stack += (f[1], f[2], f[3])
+        elif tag == _MDATA:
+            stack.append(f[1])
+        elif tag == _PROJ:
+            stack.append(f[2])
+    return used
+
+
+TRUST_CONSTANTS = frozenset({"sorryAx", "Lean.ofReduceBool", "Lean.ofReduceNat",
+                             "Lean.trustCompiler"})
+"""Core constants whose use adds trust beyond the kernel: an unproved goal (``sorry``) or the
+compiler's evaluation (``native_decide``, ``decide +native``)."""
+
+
+def olean_references(olean: Path) -> dict[str, set[str]]:
+    """Per constant a compiled module declares, the constants its type and value refer to
+    (read from Lean's own ``Expr`` trees in the ``.olean`` files).
+
+    Raises:
+        OleanError: if the files are not in the expected format.
+    """
     try:
-        mem = _Regions([p for p in paths if p.exists()])
-        _tag, module_data = mem.fields(mem.root)
-        out: list[tuple[str, str]] = []
-        for c in mem.array(module_data[2]):
-            kind, cf = mem.fields(c)
-            _t, val = mem.fields(cf[0])
+        out: dict[str, set[str]] = {}
+        for kind, name, mem, val in _module_constants(olean):
             _t, constant_val = mem.fields(val[0])
-            name = _KINDS[kind] if kind < len(_KINDS) else str(kind)
-            if name == "theorem" and _is_projection(mem, val[1]):
-                name = "field"
-            out.append((name, mem.name(constant_val[0])))
+            roots = [constant_val[2]] + ([val[1]] if kind in _WITH_VALUE else [])
+            out[name] = _used_constants(mem, roots)
         return out
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise OleanError(f"{olean}: unreadable ({exc})") from None
@@ -419,19 +482,32 @@ def lean_theorems(olean_dir: Path, modules: Iterable[str], namespace: str = "Wit
     """Per kind, the (name, module) of the namespace's constants Lean compiled into ``olean_dir``.
 
     Returns ``{"theorem": [...], "axiom": [...], "opaque": [...]}``; theorems exclude
-    structure fields (kind ``field``) but not :func:`is_generated` names.
+    structure fields (kind ``field``) but not :func:`is_generated` names. Axioms and opaque
+    constants are listed whatever their name (a root-level ``axiom`` too).
     """
     out: dict[str, list[tuple[str, str]]] = {"theorem": [], "axiom": [], "opaque": []}
     for module in modules:
-        path = olean_dir.joinpath(*module.split(".")).with_suffix(".olean")
-        for kind, name in olean_constants(path):
-            if not name.startswith(namespace + ".") and not name.startswith("_private."):
-                continue
+        for kind, name in olean_constants(_olean_path(olean_dir, module)):
             if kind == "theorem" and name.startswith(namespace + "."):
                 out["theorem"].append((name, module))
             elif kind in ("axiom", "opaque"):
                 out[kind].append((name, module))
     return out
+
+
+def _olean_path(olean_dir: Path, module: str) -> Path:
+    return olean_dir.joinpath(*module.split(".")).with_suffix(".olean")
+
+
+def trust_leaks(olean_dir: Path, modules: Iterable[str]) -> list[str]:
+    """One message per compiled constant of the modules whose type or value refers to a
+    :data:`TRUST_CONSTANTS` constant (whatever the source looked like)."""
+    problems: list[str] = []
+    for module in modules:
+        for name, used in olean_references(_olean_path(olean_dir, module)).items():
+            for bad in sorted(used & TRUST_CONSTANTS):
+                problems.append(f"{module}: Lean compiled {name}, which uses {bad}")
+    return problems
 
 
 def _diff(what: str, ours: Iterable[str], theirs: Iterable[str], source: str) -> list[str]:
@@ -454,8 +530,9 @@ def crosscheck(formal: Path, *, namespace: str = "WitCert", exports: Sequence[Pa
         exports: export files (``theorems.json`` / ``lean_export.json``) whose names must be
             exactly the discovered ones; missing files are skipped.
         olean_dir: the build's ``.olean`` folder; when given, the user-written theorems Lean
-            compiled must be exactly the discovered ones (private ones aside), and no axiom or
-            opaque constant of the project may be compiled.
+            compiled must be exactly the discovered ones (private ones aside), no axiom or
+            opaque constant of any name may be compiled, and no compiled constant may use a
+            :data:`TRUST_CONSTANTS` constant (:func:`trust_leaks`).
     """
     files = [f for f in lean_files(formal) if module_name(formal, f) not in PROGRAMS]
     declared = declared_theorems(formal, files, namespace)
@@ -480,6 +557,7 @@ def crosscheck(formal: Path, *, namespace: str = "WitCert", exports: Sequence[Pa
         for kind in ("axiom", "opaque"):
             for n, m in lean[kind]:
                 problems.append(f"{m}: Lean compiled the {kind} constant {n}")
+        problems += trust_leaks(olean_dir, modules)
     return problems
 
 

