@@ -60,6 +60,15 @@ class Rule:
     why: str
 
 
+_CORE_CLASS_WORDS = ("LE", "LT", "Max", "Min", "BEq", "Ord", "HasEquiv", "Dvd", "Add", "Sub",
+                     "Mul", "Div", "Mod", "Neg", "Inv", "Pow", "HAdd", "HSub", "HMul", "HDiv",
+                     "HMod", "HPow", "SMul", "HSMul", "OfNat", "OfScientific", "NatCast",
+                     "IntCast", "RatCast", "Zero", "One", "Coe", "CoeTail", "CoeHead", "CoeOut",
+                     "CoeSort", "CoeFun", "CoeDep", "CoeT", "CoeHTCT")
+_CORE_TYPE_WORDS = ("Nat", "Int", "Rat", "Float", "Float32", "Bool", "Prop", "Fin", "UInt8",
+                    "UInt16", "UInt32", "UInt64", "USize", "Char", "String")
+
+
 def _word(word: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w']){re.escape(word)}(?![\w'!?])")
 
@@ -107,13 +116,17 @@ RULES: tuple[Rule, ...] = (
     Rule("Lean.Elab", re.compile(r"(?<![\w'.])(?:Lean\.)?Elab\.[\w.]+"),
          "elaborator internals (Lean.Elab.Command and friends) can add declarations"),
     Rule("CommandElabM", _word("CommandElabM"), "command elaboration can add declarations"),
+    Rule("instance on a core type", re.compile(
+        r"(?<![\w'])instance(?![\w'])[^\n]*?:\s*(?:" + "|".join(sorted(_CORE_CLASS_WORDS))
+        + r")\s+(?:" + "|".join(sorted(_CORE_TYPE_WORDS)) + r")(?![\w'])"),
+         "a core class on a core type changes what a statement's symbols mean"),
 )
 """The banned constructs, checked in every ``.lean`` file (comments and strings removed). A
 keyword is banned wherever it stands as a word, not only at a line's start: after ``open X in``
 or ``set_option o v in``, or after another command on the same line."""
 
 # A literal each rule's matches contain: a substring test skips most regex scans.
-_NEEDLES = {"axiom": "axiom", "decide +native": "native", "set_option debug.*": "debug.",
+_NEEDLES = {"instance on a core type": "instance", "axiom": "axiom", "decide +native": "native", "set_option debug.*": "debug.",
             "initialize": "initialize", "meta": "meta", "Lean.Elab": "Elab."}
 
 PROGRAMS = frozenset({"AxiomAudit"})
@@ -495,6 +508,60 @@ def lean_theorems(olean_dir: Path, modules: Iterable[str], namespace: str = "Wit
     return out
 
 
+CORE_CLASSES = frozenset(_CORE_CLASS_WORDS)
+"""Core classes whose instances give the symbols of a statement their meaning."""
+
+CORE_TYPES = frozenset(_CORE_TYPE_WORDS)
+"""Core types: their instances of :data:`CORE_CLASSES` are core's own."""
+
+
+def _head_and_args(mem: _Regions, expr: int) -> tuple[str | None, list[int]]:
+    """The head constant and the arguments of an expression under its binders (``∀ x, C a b``
+    gives ``C`` and ``[a, b]``); ``None`` when the head is not a constant."""
+    for _ in range(1024):
+        if expr & 1:
+            return None, []
+        tag, f = mem.fields(expr)
+        if tag == _PI:
+            expr = f[2]
+        elif tag == _MDATA:
+            expr = f[1]
+        else:
+            break
+    args: list[int] = []
+    while not expr & 1:
+        tag, f = mem.fields(expr)
+        if tag != _APP:
+            break
+        args.append(f[1])
+        expr = f[0]
+    if expr & 1:
+        return None, []
+    tag, f = mem.fields(expr)
+    return (mem.name(f[0]) if tag == _CONST else None), args[::-1]
+
+
+def core_instances(olean_dir: Path, modules: Iterable[str]) -> list[str]:
+    """One message per compiled constant whose type is a :data:`CORE_CLASSES` class applied to
+    a :data:`CORE_TYPES` type (``instance : LE Rat := ...``, however declared): a statement's
+    ``≤`` on ``Rat`` must keep core's meaning."""
+    problems: list[str] = []
+    for module in modules:
+        for kind, name, mem, val in _module_constants(_olean_path(olean_dir, module)):
+            if kind not in _WITH_VALUE:
+                continue
+            _t, constant_val = mem.fields(val[0])
+            head, args = _head_and_args(mem, constant_val[2])
+            if head not in CORE_CLASSES:
+                continue
+            types = [t for t in (_head_and_args(mem, a)[0] for a in args) if t in CORE_TYPES]
+            if types:
+                problems.append(f"{module}: Lean compiled {name} : {head} {' '.join(types)}, "
+                                "a core class on a core type (core's instance must decide "
+                                "what a statement means)")
+    return problems
+
+
 def _olean_path(olean_dir: Path, module: str) -> Path:
     return olean_dir.joinpath(*module.split(".")).with_suffix(".olean")
 
@@ -532,7 +599,8 @@ def crosscheck(formal: Path, *, namespace: str = "WitCert", exports: Sequence[Pa
         olean_dir: the build's ``.olean`` folder; when given, the user-written theorems Lean
             compiled must be exactly the discovered ones (private ones aside), no axiom or
             opaque constant of any name may be compiled, and no compiled constant may use a
-            :data:`TRUST_CONSTANTS` constant (:func:`trust_leaks`).
+            :data:`TRUST_CONSTANTS` constant (:func:`trust_leaks`), and no compiled value may
+            be an instance of a core class on a core type (:func:`core_instances`).
     """
     files = [f for f in lean_files(formal) if module_name(formal, f) not in PROGRAMS]
     declared = declared_theorems(formal, files, namespace)
@@ -558,6 +626,7 @@ def crosscheck(formal: Path, *, namespace: str = "WitCert", exports: Sequence[Pa
             for n, m in lean[kind]:
                 problems.append(f"{m}: Lean compiled the {kind} constant {n}")
         problems += trust_leaks(olean_dir, modules)
+        problems += core_instances(olean_dir, modules)
     return problems
 
 

@@ -119,6 +119,9 @@ PLANTED = [
     ("open Lean.Elab.Command in\ndef planted := 0", "Lean.Elab"),
     ("def planted : CommandElabM Unit := pure ()", "CommandElabM"),
     ("import Lean", "import Lean"),
+    ("instance (priority := high) : LE Rat := ⟨fun _ _ => True⟩", "instance on a core type"),
+    ("@[simp] instance plantedCoe : Coe Bool Nat := ⟨fun b => if b then 1 else 0⟩",
+     "instance on a core type"),
 ]
 
 
@@ -400,6 +403,12 @@ theorem WitCert.Probe.uses_root_axiom : (1 : Nat) = 2 := rootAx
 theorem WitCert.Probe.trusts : True := Lean.trustCompiler
 theorem WitCert.Probe.unproved : (1 : Nat) = 2 := sorryAx _ false
 theorem WitCert.Probe.honest : (1 : Nat) + 1 = 2 := rfl
+instance (priority := high) WitCert.Probe.anyLE : LE Rat := ⟨fun _ _ => True⟩
+theorem WitCert.Probe.vacuous : ∀ (x : Rat), x ≤ x + 1 := fun _ => trivial
+structure WitCert.Probe.Own where
+  n : Nat
+instance WitCert.Probe.ownLE : LE WitCert.Probe.Own := ⟨fun a b => a.n ≤ b.n⟩
+def WitCert.Probe.natOfBool : Coe Bool Nat := ⟨fun b => if b then 1 else 0⟩
 end
 """
 
@@ -426,20 +435,26 @@ def test_what_lean_compiled_is_checked_whatever_the_source_hid(stage_dir: Path) 
     assert code == 0, log
     kinds = lean_audit.lean_theorems(out, ["Planted"])
     assert kinds["axiom"] == [("rootAx", "Planted")]
-    assert {n for n, _ in kinds["theorem"]} == {
+    assert {n for n, _ in kinds["theorem"] if not lean_audit.is_generated(n)} == {
         "WitCert.Probe.uses_root_axiom", "WitCert.Probe.trusts", "WitCert.Probe.unproved",
-        "WitCert.Probe.honest"}
+        "WitCert.Probe.honest", "WitCert.Probe.vacuous"}
     refs = lean_audit.olean_references(out / "Planted.olean")
     assert "rootAx" in refs["WitCert.Probe.uses_root_axiom"]
     assert lean_audit.trust_leaks(out, ["Planted"]) == [
         "Planted: Lean compiled WitCert.Probe.trusts, which uses Lean.trustCompiler",
         "Planted: Lean compiled WitCert.Probe.unproved, which uses sorryAx"]
+    # a core class on a core type, however declared; an instance on the project's own type is
+    # not one
+    assert sorted(p.split(",")[0] for p in lean_audit.core_instances(out, ["Planted"])) == [
+        "Planted: Lean compiled WitCert.Probe.anyLE : LE Rat",
+        "Planted: Lean compiled WitCert.Probe.natOfBool : Coe Bool Nat"]
 
 
-def test_the_real_build_uses_no_trust_constant() -> None:
+def test_the_real_build_uses_no_trust_constant_and_no_core_instance() -> None:
     modules = sorted(lean_audit.module_name(FORMAL, f) for f in lean_audit.lean_files(FORMAL)
                      if lean_audit.module_name(FORMAL, f) not in lean_audit.PROGRAMS)
     assert lean_audit.trust_leaks(BUILD / "olean", modules) == []
+    assert lean_audit.core_instances(BUILD / "olean", modules) == []
     # the reader sees the proofs: a theorem's references include what its proof cites
     refs = lean_audit.olean_references(BUILD / "olean" / "WitCert" / "Tiers.olean")
     assert "WitCert.Tier.weakest" in refs["WitCert.Tier.weakest_comm"]
