@@ -4,16 +4,16 @@ has left to remove.
 Run in the engine's environment (it drives the plugin's ``Monitor`` step by step, as
 ``tests/adapters/engine/monitor_checks.py`` does, on caches written by vLLM's own CPU kernel):
 SmolLM2-135M's attention shapes (30 layers, 9 query heads, 3 kv heads, head dim 64, block
-size 128), a bfloat16 cache, ``R`` requests each prefilled to ``S`` tokens, then 12 decode
-steps; per step, everything the plugin does (capture of every layer's keys, values and
-queries, the check of the stored bytes, the step's layout and slot generations, the meter
-of every layer, head and row, the accounts), the engine's own cache writes excluded. The
-median is printed next to the model's decode step measured by ``bench_vllm_live.py``:
-their ratio is the plugin's share of the end-to-end ratio. ``--profile`` also prints the
-plugin's most expensive functions.
+size 128), a bfloat16 cache (``--kv fp8``: vLLM's e4m3 cache), ``R`` requests each
+prefilled to ``S`` tokens, then 12 decode steps; per step, everything the plugin does
+(capture of every layer's keys, values and queries, the check of the stored bytes, the
+step's layout and slot generations, the meter of every layer, head and row, the accounts),
+the engine's own cache writes excluded. The median is printed next to the model's decode
+step measured by ``bench_vllm_live.py``: their ratio is the plugin's share of the
+end-to-end ratio. ``--profile`` also prints the plugin's most expensive functions.
 
 Run: ``.venv-vllm/bin/python benchmarks/bench_plugin_step.py [--requests 1 8 32]
-[--tokens 144 1024] [--form cascade] [--profile]``
+[--tokens 144 1024] [--form cascade] [--kv auto|fp8] [--profile]``
 """
 
 from __future__ import annotations
@@ -32,21 +32,22 @@ from vllm import _custom_ops as ops
 
 from witcert_adapters.vllm_plugin.config import PluginConfig
 from witcert_adapters.vllm_plugin.engine import Monitor
-from witcert_adapters.vllm_plugin.paged import CacheFormat
+from witcert_adapters.vllm_plugin.paged import cache_format
 
 LAYERS, KVH, H, D, BS = 30, 3, 9, 64, 128
 
 
-def measure(requests: int, tokens: int, form: str, store: Path,
+def measure(requests: int, tokens: int, form: str, kv: str, store: Path,
             profile: cProfile.Profile | None) -> list[float]:
     """Plugin seconds of each of 12 decode steps after a chunked prefill."""
     per = (tokens + 16) // BS + 1
     blocks = requests * per + 1
-    caches = [torch.zeros(blocks, KVH, BS, 2 * D, dtype=torch.bfloat16) for _ in range(LAYERS)]
+    dtype = torch.bfloat16 if kv == "auto" else torch.uint8
+    caches = [torch.zeros(blocks, KVH, BS, 2 * D, dtype=dtype) for _ in range(LAYERS)]
     gen = torch.Generator().manual_seed(0)
     mon = Monitor(PluginConfig(store=store, tau=0.1, form=form))
     mon.n_layers, mon.seats, mon.length = LAYERS, max(64, requests), tokens + 64
-    mon.fmt, mon.kv_cache_dtype = CacheFormat.MODEL_DTYPE, "auto"
+    mon.fmt, mon.kv_cache_dtype = cache_format(kv), kv
     mon.num_heads, mon.scale = H, D ** -0.5
     tables = [[r * per + b for b in range(per)] for r in range(requests)]
 
@@ -78,7 +79,7 @@ def measure(requests: int, tokens: int, form: str, store: Path,
             kc, vc = cache.view(blocks, KVH, 2 * BS, D).chunk(2, dim=2)
             t1 = time.perf_counter()
             ops.cpu_attn_reshape_and_cache(keys[layer], values[layer], kc, vc,
-                                           md.slot_mapping, "vec", kv_cache_dtype="auto")
+                                           md.slot_mapping, "vec", kv_cache_dtype=kv)
             engine += time.perf_counter() - t1
             mon.wrote(layer, keys[layer], values[layer], cache, md.slot_mapping, 1.0, 1.0, "vec")
             mon.read(layer, queries[layer], md, out)
@@ -103,16 +104,19 @@ def main() -> None:
     p.add_argument("--requests", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--tokens", type=int, nargs="+", default=[144, 1024])
     p.add_argument("--form", default="cascade")
+    p.add_argument("--kv", default="auto", choices=["auto", "fp8"],
+                   help="the cache: the model's dtype (bfloat16) or fp8 (e4m3)")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(1)
-    print(f"plugin time per decode step (bfloat16 cache, form={args.form}), median of 12")
+    cache = "bfloat16" if args.kv == "auto" else "fp8 (e4m3)"
+    print(f"plugin time per decode step ({cache} cache, form={args.form}), median of 12")
     print(f"{'requests':>8s} {'tokens':>6s} {'median ms':>9s} {'min ms':>7s}")
     with tempfile.TemporaryDirectory() as tmp:
         for tokens in args.tokens:
             for requests in args.requests:
                 prof = cProfile.Profile() if args.profile else None
-                t = measure(requests, tokens, args.form, Path(tmp) / "v.sqlite", prof)
+                t = measure(requests, tokens, args.form, args.kv, Path(tmp) / "v.sqlite", prof)
                 print(f"{requests:8d} {tokens:6d} {1e3 * statistics.median(t):9.2f} "
                       f"{1e3 * min(t):7.2f}", flush=True)
                 if prof is not None:

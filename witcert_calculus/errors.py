@@ -31,6 +31,7 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     ├── JournalError                 (OSError)     the durable journal cannot be used
     ├── EngineMismatchError          (RuntimeError) a serving engine unlike the one an adapter hooks
     ├── InjectionError               (RuntimeError) engine source an adapter cannot patch or restore
+    ├── KernelBuildError             (RuntimeError) a compiled kernel that cannot be built or loaded
     ├── TheoremExportError           (ValueError)  a Lean export file that cannot be registered
     └── ChainSpecError               (ValueError)  a chain spec that cannot be built
 
@@ -57,6 +58,7 @@ __all__ = [
     "InjectionError",
     "InvalidValueError",
     "JournalError",
+    "KernelBuildError",
     "MetricAlreadyRegisteredError",
     "MetricMismatchError",
     "NotAMetricError",
@@ -672,6 +674,25 @@ class InjectionError(WitcertError, RuntimeError):
 
     def _message(self) -> str:
         return f"{self.source}: anchor {self.anchor!r} {self.reason}; refusing to patch"
+
+
+@final
+class KernelBuildError(WitcertError, RuntimeError):
+    """A compiled kernel (a C++ extension built with the system compiler) that cannot be
+    built or loaded: the meter that needs it refuses to start rather than serve unmetered.
+
+    Args:
+        kernel: the kernel's name.
+        reason: what failed (the compiler's or loader's message, shortened).
+    """
+
+    def __init__(self, kernel: str, reason: str) -> None:
+        self.kernel = kernel
+        self.reason = reason
+        super().__init__(kernel, reason)
+
+    def _message(self) -> str:
+        return f"kernel {self.kernel!r} cannot be built: {self.reason}"
 
 
 @final

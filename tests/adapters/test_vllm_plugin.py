@@ -26,7 +26,7 @@ from witcert_adapters.vllm_plugin.launch import STEP_TIMEOUT_S, engine_env
 from witcert_adapters.vllm_plugin.meter import SUMMARY, KeySide, StepMeter, meter_layer, \
     meter_layers, meter_step, write_witnesses
 from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, StepLayout, \
-    cache_format, stored_elements, stored_keys, visible_keys
+    cache_format, dequantize, element_offsets, stored_elements, stored_keys, visible_keys
 from witcert_adapters.vllm_plugin.quantizer import ROUNDING, engine_codes
 from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, external_id
@@ -366,6 +366,23 @@ def test_a_cache_stored_exactly_meters_zero_without_reading_a_key() -> None:
     assert lying.summary[:, SUMMARY.index("violations")].sum() > 0
 
 
+def _ragged_step(eng: _Engine, rows: list[tuple[int, int]], seed: int
+                 ) -> tuple[StepLayout, torch.Tensor]:
+    # One step of requests (rows of this step, tokens written before), its earlier tokens
+    # and its own written; every layer's queries.
+    eng.gen.manual_seed(seed)
+    q_lens = [q for q, _ in rows]
+    seq_lens = [q + before for q, before in rows]
+    tables = [[2 * r, 2 * r + 1] for r in range(len(rows))]
+    earlier = [t[p // BS] * BS + p % BS for (q, before), t in zip(rows, tables, strict=True)
+               for p in range(before)]
+    if earlier:
+        eng.write(earlier)
+    lay = _layout(q_lens, seq_lens, tables)
+    eng.write(lay.row_slot.tolist())
+    return lay, torch.randn(eng.layers, lay.rows, H, D, generator=eng.gen).to(torch.bfloat16)
+
+
 @settings(max_examples=25, deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 2 * BS - 5)), min_size=1,
                      max_size=3),
@@ -377,17 +394,7 @@ def test_layers_metered_in_one_pass_equal_each_layer_alone(
     the layers' heads side by side give each layer's cells exactly as metered alone, and the
     audit finds no violation."""
     eng = _Engine(CacheFormat.FP8_E4M3 if fp8 else CacheFormat.MODEL_DTYPE, layers=layers)
-    eng.gen.manual_seed(seed)
-    q_lens = [q for q, _ in rows]
-    seq_lens = [q + before for q, before in rows]
-    tables = [[2 * r, 2 * r + 1] for r in range(len(rows))]
-    earlier = [t[p // BS] * BS + p % BS for (q, before), t in zip(rows, tables, strict=True)
-               for p in range(before)]
-    if earlier:
-        eng.write(earlier)
-    lay = _layout(q_lens, seq_lens, tables)
-    eng.write(lay.row_slot.tolist())
-    queries = torch.randn(layers, lay.rows, H, D, generator=eng.gen).to(torch.bfloat16)
+    lay, queries = _ragged_step(eng, rows, seed)
     keys = visible_keys(eng.caches, lay.slots, fmt=eng.fmt, k_scales=eng.scales)
     assert eng.buffer.exact is not None
     exact = eng.buffer.exact[:layers][:, lay.slots]
@@ -411,6 +418,48 @@ def test_layers_metered_in_one_pass_equal_each_layer_alone(
             assert together[i].by_tanh is not None
             assert torch.equal(together[i].by_tanh, alone.by_tanh)
     assert together[0].basis.evidence(*together[0].theorems) is not None
+
+
+@settings(max_examples=20, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 2 * BS - 5)), min_size=1,
+                     max_size=3),
+       form=st.sampled_from(["meter", "cascade"]), layers=st.integers(1, 3),
+       fmt=st.sampled_from([CacheFormat.FP8_E4M3, CacheFormat.FP8_E5M2]),
+       seed=st.integers(0, 2 ** 16))
+def test_the_compiled_fp8_pass_meters_as_the_torch_path(
+        rows: list[tuple[int, int]], form: str, layers: int, fmt: CacheFormat,
+        seed: int) -> None:
+    """The format witness on an fp8 cache: the logits and bounds read from the bytes in one
+    compiled pass (the engine's path) give every cell the torch path's meter up to the
+    float64 summation order (relative 1e-12, far inside the margins), with the same
+    theorems, and the audit finds no violation."""
+    from witcert_kernels.fused import fp8_codes
+    from witcert_kernels.meter import format_witness
+
+    eng = _Engine(fmt, layers=layers)
+    lay, queries = _ragged_step(eng, rows, seed)
+    assert eng.buffer.exact is not None and fmt.fp8 is not None
+    exact = eng.buffer.exact[:layers][:, lay.slots]
+    raw = stored_elements(eng.caches, lay.slots, layout=CacheLayout.VEC, heads_first=True)
+    keys = dequantize(raw, fmt=fmt, scales=eng.scales)
+    bounds = torch.stack([format_witness(raw[k], fmt=fmt.fp8, rounding=ROUNDING,
+                                         scale=eng.scales[k]) for k in range(layers)])
+    offsets = element_offsets(eng.caches, lay.slots, layout=CacheLayout.VEC, heads_first=True)
+    assert offsets is not None
+    codes = fp8_codes(eng.caches, *offsets, fmt=fmt.fp8, rounding=ROUNDING, scales=eng.scales)
+    common = dict(queries=queries, kv_heads=KVH, scale=D ** -0.5, layout=RopeLayout.HALF_SPLIT,
+                  form=form, tau=0.1)
+    torch_path = meter_layers(lay, side=KeySide(keys, None, bounds, exact),
+                              **common)  # type: ignore[arg-type]
+    compiled = meter_layers(lay, side=KeySide(None, None, None, exact, codes=codes),
+                            **common)  # type: ignore[arg-type]
+    for a, b in zip(torch_path, compiled, strict=True):
+        assert torch.equal(torch.isinf(a.meter), torch.isinf(b.meter))
+        fin = torch.isfinite(a.meter)
+        assert torch.allclose(a.meter[fin], b.meter[fin], rtol=1e-12, atol=1e-300)
+        assert a.theorems == b.theorems
+        assert b.true_tv is not None and bool((b.true_tv <= b.meter.clamp(max=1.0)).all())
+    assert compiled[0].basis.evidence(*compiled[0].theorems) is not None
 
 
 def test_audit_catches_an_understated_witness() -> None:

@@ -96,6 +96,7 @@ ESTABLISHERS: Final = ("witcert_calculus.meters.witness.logit_bound",
                        "witcert_kernels.meter.logit_bound",
                        "witcert_kernels.meter.format_logit_bound",
                        "witcert_kernels.meter.exact_logit_bound",
+                       "witcert_kernels.fused.fp8_logits_and_bound",
                        "witcert_kernels.dither.tier_b_logit_bound")
 
 #: The premise ``c_t >= |eps_t|`` of a caller's own array of bounds, which no code checks.

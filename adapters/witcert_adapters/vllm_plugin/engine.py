@@ -46,8 +46,8 @@ from witcert_adapters.vllm_plugin.meter import KeySide, LayerMeter, RowGroup, di
     merge_bases, meter_layer, meter_layers, row_groups, side_by_side, step_theorems, summarize, \
     write_witnesses
 from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, StepLayout, \
-    cache_format, cache_layout, dequantize, layer_index, step_requests, stored_elements, \
-    stored_keys
+    cache_format, cache_layout, dequantize, element_offsets, layer_index, step_requests, \
+    stored_elements, stored_keys
 from witcert_adapters.vllm_plugin.quantizer import ROUNDING, bits, check_bytes, engine_codes, \
     float32_scale
 from witcert_adapters.vllm_plugin.repair import Gate, LayerRepair
@@ -58,6 +58,8 @@ from witcert_calculus.errors import EngineMismatchError, InvalidValueError, Witc
 from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.meters.tv_forms import TVBasis
 from witcert_calculus.meters.witness import RopeLayout
+from witcert_kernels.fused import fp8_codes
+from witcert_kernels.fused import load as load_fused
 from witcert_kernels.meter import format_witness
 
 import vllm
@@ -186,6 +188,8 @@ class Monitor:
             raise EngineMismatchError("kv_cache_dtype", self.kv_cache_dtype, impl.kv_cache_dtype)
         self.fmt = fmt
         self.kv_cache_dtype = impl.kv_cache_dtype
+        if fmt.fp8 is not None and self._format_witness:
+            load_fused()  # the compiled fp8 pass: a build that fails refuses at start-up
         shape = (int(impl.num_heads), float(impl.scale))
         if self.n_layers and shape != (self.num_heads, self.scale):
             raise EngineMismatchError("attention layers", f"heads and scale {shape}",
@@ -412,12 +416,19 @@ class Monitor:
         assert buffer is not None and self.fmt is not None and self.layout is not None
         caches = [self._caches[i][0] for i in layers]
         k_scales = [self._caches[i][1] for i in layers]
-        keys = bounds = None
+        keys = bounds = codes = None
         fp8 = self.fmt.fp8
         exactly = self._stored_exactly
         need_keys = self.config.form == "meter" or buffer.exact is not None or \
             (self.config.form == "cascade" and exactly is None)
-        if need_keys or (self._format_witness and exactly is None):
+        offsets = None
+        if fp8 is not None and self._format_witness and self.gate is None:
+            offsets = element_offsets(caches, step.slots, layout=self.layout, heads_first=True)
+        if offsets is not None and fp8 is not None:
+            # the logits and the format bound read from the cache's bytes in one compiled pass
+            codes = fp8_codes(caches, *offsets, fmt=fp8, rounding=ROUNDING,
+                              scales=[float32_scale(s) for s in k_scales])
+        elif need_keys or (self._format_witness and exactly is None):
             raw = stored_elements(caches, step.slots, layout=self.layout, heads_first=True)
             if need_keys:
                 keys = dequantize(raw, fmt=self.fmt, scales=k_scales,
@@ -435,7 +446,7 @@ class Monitor:
             raw_v = stored_elements(caches, step.slots, layout=self.layout, part=1,
                                     heads_first=True)
             values = dequantize(raw_v, fmt=self.fmt, scales=[self._caches[layer][2]])[0]
-        return KeySide(keys, witnesses, bounds, exact, exactly), values
+        return KeySide(keys, witnesses, bounds, exact, exactly, codes), values
 
     def _queries(self, layers: list[int], step: StepLayout) -> torch.Tensor:
         return torch.stack([self._reads[i].reshape(step.rows, self.num_heads, -1)

@@ -53,6 +53,7 @@ from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.meters.tv_forms import TVBasis, _issue_basis  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.meters.witness import LogitBound, RopeLayout, tighter
+from witcert_kernels.fused import Fp8Codes, fp8_logits_and_bound
 from witcert_kernels.meter import band_norms, exact_logit_bound, format_logit_bound, logit_bound, \
     round_up_f32, tv_meter_batch, tv_tanh_max_batch
 
@@ -98,6 +99,11 @@ class KeySide:
         witnesses: ``[R, S, kvh, B]`` band witnesses (``None``: no bands kept).
         bounds: ``[R, kvh, S, d]`` per-channel format witnesses (``None``: not used).
         exact: ``[R, S, kvh, d]`` the unquantized keys (audit mode).
+        codes: an fp8 cache's stored bytes of the visible keys with their values and format
+            witnesses (:class:`~witcert_kernels.fused.Fp8Codes`): the logits and the format
+            bound come from one compiled pass over the bytes
+            (:func:`~witcert_kernels.fused.fp8_logits_and_bound`) instead of ``keys`` and
+            ``bounds``.
         stored_exactly: for a cache that holds the model's keys exactly (a model-dtype
             cache), the computed truth of that premise (a ``bool`` or a 0-d boolean tensor):
             every logit bound is then 0 (:func:`~witcert_kernels.meter.exact_logit_bound`)
@@ -109,6 +115,12 @@ class KeySide:
     bounds: torch.Tensor | None = None
     exact: torch.Tensor | None = None
     stored_exactly: object = None
+    codes: Fp8Codes | None = None
+
+    @property
+    def has_keys(self) -> bool:
+        """Whether the stored keys can be read (as float64 keys or as fp8 codes)."""
+        return self.keys is not None or self.codes is not None
 
 
 @final
@@ -283,10 +295,10 @@ def _group_logits(q: torch.Tensor, keys: torch.Tensor, scale: float) -> torch.Te
 
 
 def _bound(q: torch.Tensor, side: KeySide, group: RowGroup, visible: torch.Tensor,
-           mask: torch.Tensor, *, scale: float, layout: RopeLayout, per_token: bool
-           ) -> LogitBound[torch.Tensor]:
-    # The group's established logit bound: 0 for keys stored exactly; else bands, format,
-    # or per token the smaller.
+           mask: torch.Tensor, *, scale: float, layout: RopeLayout, per_token: bool,
+           fused: LogitBound[torch.Tensor] | None = None) -> LogitBound[torch.Tensor]:
+    # The group's established logit bound: 0 for keys stored exactly; else bands, format
+    # (``fused``: computed with the logits from the fp8 codes), or per token the smaller.
     req = group.requests
     if side.stored_exactly is not None:
         # every token's bound is the same 0: tanh(max c) needs one column of it, the meter
@@ -298,6 +310,8 @@ def _bound(q: torch.Tensor, side: KeySide, group: RowGroup, visible: torch.Tenso
         w = side.witnesses[req].permute(0, 2, 1, 3).unsqueeze(2).unsqueeze(3)  # [N,kvh,1,1,S,B]
         w = torch.where(mask.view(*mask.shape[:1], 1, 1, *mask.shape[1:], 1), w.to(_F64), 0.0)
         parts.append(logit_bound(q, w, scale=scale, layout=layout))
+    if fused is not None:
+        parts.append(fused)
     if side.bounds is not None:
         # tokens no row of the request sees carry no witness; causally masked tokens of a
         # chunk keep theirs (true bounds; p~ is 0 there, so only tanh(max c) sees them)
@@ -343,14 +357,14 @@ def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_he
     """
     rows, heads, dim = (int(n) for n in queries.shape)
     grp = heads // kv_heads
-    if form == "meter" and side.keys is None:
+    if form == "meter" and not side.has_keys:
         raise InvalidValueError("keys", None, "the meter form needs the stored keys")
     if form == "cascade" and tau is None:
         raise InvalidValueError("tau", None, "the cascade needs the coverage threshold")
     width = int(step.slots.shape[1])
     j = torch.arange(width)
     meter = torch.zeros(rows, heads, dtype=_F64)
-    true_tv = None if side.exact is None or side.keys is None else \
+    true_tv = None if side.exact is None or not side.has_keys else \
         torch.zeros(rows, heads, dtype=_F64)
     by_tanh = None if form == "meter" else torch.ones(rows, heads, dtype=torch.bool)
     bases: list[TVBasis] = []
@@ -362,8 +376,12 @@ def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_he
         q = queries[idx].to(_F64).view(n, qn, kv_heads, grp, dim).permute(0, 2, 3, 1, 4)
         mask = step.visible[req].unsqueeze(1) & \
             (j.view(1, 1, width) <= step.row_position[idx].unsqueeze(-1))  # [N, Q, S]
+        fused_logits = fused = None
+        if side.codes is not None:  # fp8 bytes: the logits and the format bound in one pass
+            fused_logits, fused = fp8_logits_and_bound(q, side.codes, req, step.visible[req],
+                                                       scale=scale)
         c = _bound(q, side, group, step.visible, mask, scale=scale, layout=layout,
-                   per_token=form == "meter" or keep)
+                   per_token=form == "meter" or keep, fused=fused)
         th = need = raw = eform = None
         if form != "meter":
             th, basis = tv_tanh_max_batch(c)
@@ -375,9 +393,9 @@ def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_he
                 if not bool(need.any()):  # no cell's verdict can change: no meter
                     need = None
         p = None
-        if side.keys is not None and (form == "meter" or need is not None or
-                                      side.exact is not None):
-            logits = _group_logits(q, side.keys[req], scale)
+        if side.has_keys and (form == "meter" or need is not None or side.exact is not None):
+            logits = fused_logits if fused_logits is not None else \
+                _group_logits(q, _keys(side)[req], scale)
             p = torch.softmax(logits.masked_fill(~mask.view(n, 1, 1, qn, width), -torch.inf),
                               dim=-1)
         if form == "meter" or need is not None:
@@ -386,7 +404,7 @@ def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_he
                                         "needs the stored keys")
             if int(c.values.shape[-1]) != width:  # the meter weighs every token's bound
                 c = _bound(q, side, group, step.visible, mask, scale=scale, layout=layout,
-                           per_token=True)
+                           per_token=True, fused=fused)
             # a row that sees one token has TV exactly 0 (Lean WitCert.Meters.tv_single_token)
             bounds = tv_meter_batch(p, c, check=False, visible=mask.sum(dim=-1).view(n, 1, 1, qn))
             bases.append(bounds.basis)
@@ -411,6 +429,11 @@ def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_he
     return LayerMeter(meter, true_tv, merge_bases(bases), tuple(theorems), tuple(kept), by_tanh)
 
 
+def _keys(side: KeySide) -> torch.Tensor:
+    assert side.keys is not None
+    return side.keys
+
+
 def side_by_side(side: KeySide) -> KeySide:
     """The key sides of ``L`` layers, each field stacked ``[L, ...]``, as the side of one layer
     whose kv heads are theirs side by side (layer-major: ``L * kvh`` heads), so that
@@ -428,7 +451,7 @@ def side_by_side(side: KeySide) -> KeySide:
         return x[0] if n == 1 else x.permute(1, 2, 0, 3, 4).reshape(r, width, -1, last)
 
     return KeySide(heads(side.keys), slots(side.witnesses), heads(side.bounds),
-                   slots(side.exact), side.stored_exactly)
+                   slots(side.exact), side.stored_exactly, side.codes)
 
 
 def meter_layers(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_heads: int,

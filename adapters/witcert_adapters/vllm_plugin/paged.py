@@ -162,39 +162,75 @@ def stored_elements(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *,
     Returns:
         ``[layers, ..., kv_heads, head_dim]`` (or heads first, see above).
     """
-    bs = int(kv_caches[0].shape[2])
-    kvh = int(kv_caches[0].shape[1])
+    flat = element_index(kv_caches, slots, layout=layout, part=part, heads_first=heads_first)
+    if flat is not None:
+        # one flat index of the elements, the same in every layer's cache (its layout and
+        # shape): a plain take per layer instead of a multi-tensor advanced index
+        return torch.stack([c.view(-1)[flat] for c in kv_caches])
+    index = _element_dims(kv_caches[0], slots, layout=layout, part=part,
+                          heads_first=heads_first)
+    out = [_views(c, layout)[part][index] for c in kv_caches]
+    return torch.stack([o.reshape(*o.shape[:int(slots.dim()) + 1], -1) for o in out])
+
+
+def element_index(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *,
+                  layout: CacheLayout, part: int = 0, heads_first: bool = False
+                  ) -> torch.Tensor | None:
+    """The positions of :func:`stored_elements`'s elements in each layer's cache flattened
+    (``cache.view(-1)[index]``), one index for every layer, shaped as one layer's result;
+    ``None`` when the caches differ in shape or one is not contiguous."""
+    offsets = element_offsets(kv_caches, slots, layout=layout, part=part,
+                              heads_first=heads_first)
+    if offsets is None:
+        return None
+    start, channels = offsets
+    return start.unsqueeze(-1) + channels
+
+
+def element_offsets(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *,
+                    layout: CacheLayout, part: int = 0, heads_first: bool = False
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """:func:`element_index` as ``(start, channels)``: the index is ``start[..., None] +
+    channels``, ``start`` the position of each (slot, kv head)'s first element and
+    ``channels`` (``[head_dim]``) the offsets of its elements from it (the same for every
+    token, in every layout); ``None`` as :func:`element_index`."""
+    first = kv_caches[0]
+    if not all(c.is_contiguous() and c.shape == first.shape for c in kv_caches):
+        return None
+    index = _element_dims(first, slots, layout=layout, part=part, heads_first=heads_first)
+    start, channels = _flat_index(_views(first, layout)[part], index,
+                                  int(first.storage_offset()))
+    return start.reshape(*start.shape[:int(slots.dim()) + 1]), channels
+
+
+def _element_dims(cache: torch.Tensor, slots: torch.Tensor, *, layout: CacheLayout, part: int,
+                  heads_first: bool) -> tuple[torch.Tensor, ...]:
+    # The (block, head, *token dims) indices of ``slots`` in the views of _views.
+    bs = int(cache.shape[2])
+    kvh = int(cache.shape[1])
     if heads_first:  # [R, S] -> [R, kvh, S]
         block, offset = (slots // bs).unsqueeze(-2), (slots % bs).unsqueeze(-2)
         heads = torch.arange(kvh).view(kvh, 1)
     else:
         block, offset = (slots // bs).unsqueeze(-1), (slots % bs).unsqueeze(-1)
         heads = torch.arange(kvh)
-    index = (block, heads, *_token(offset, layout, part))
-    first = kv_caches[0]
-    if all(c.is_contiguous() and c.shape == first.shape for c in kv_caches):
-        # one flat index of the elements, the same in every layer's cache (its layout and
-        # shape): a plain take per layer instead of a multi-tensor advanced index
-        flat = _flat_index(_views(first, layout)[part], index, int(first.storage_offset()))
-        out = [c.view(-1)[flat] for c in kv_caches]
-    else:
-        out = [_views(c, layout)[part][index] for c in kv_caches]
-    return torch.stack([o.reshape(*o.shape[:len(block.shape)], -1) for o in out])
+    return (block, heads, *_token(offset, layout, part))
 
 
 def _flat_index(view: torch.Tensor, index: tuple[torch.Tensor, ...], origin: int
-                ) -> torch.Tensor:
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     # The positions of view[index] in its (contiguous) base flattened, whose first element
     # sits at storage offset ``origin`` (a layer's cache may be a view into one buffer that
-    # holds every layer's): the indexed dimensions by ``index`` (broadcast), the remaining
-    # ones whole.
-    base = int(view.storage_offset()) - origin
+    # holds every layer's), as (start, rest): the indexed dimensions by ``index``
+    # (broadcast) give each start, the remaining ones whole the offsets ``rest`` (flat)
+    # from it; the positions are start[..., None] + rest.
     strides = view.stride()
-    flat = sum((i * st for i, st in zip(index, strides, strict=False)),
-               start=torch.tensor(base, dtype=torch.int64))
+    start = sum((i * st for i, st in zip(index, strides, strict=False)),
+                start=torch.tensor(int(view.storage_offset()) - origin, dtype=torch.int64))
+    rest = torch.zeros((), dtype=torch.int64)
     for size, st in zip(view.shape[len(index):], strides[len(index):], strict=True):
-        flat = flat.unsqueeze(-1) + torch.arange(int(size)) * st
-    return flat
+        rest = rest.unsqueeze(-1) + torch.arange(int(size)) * st
+    return start, rest.reshape(-1)
 
 
 def dequantize(raw: torch.Tensor, *, fmt: CacheFormat, scales: Sequence[float],

@@ -1,0 +1,158 @@
+// The fp8 meter's per-token pass, fused: one read of each stored key's bytes, in the
+// engine's cache, gives the logits of every query row that meets it and the format logit
+// bound of each. Head h is kv head h % kvh of layer h / kvh; the byte of request n's token
+// s, channel c, sits at position start[n, h % kvh, s] + channels[c] of that layer's cache
+// (flattened):
+//
+//   logits[n, h, m, s] = scale * sum_c q[n, h, m, c] * K[h][byte]
+//   bound[n, h, m, s]  = (sum_c |q[n, h, m, c]| * W[h][byte]) * scale
+//
+// K is the exact float64 value of each code times the layer's float32 scale, W the code's
+// residual witness (witcert_calculus.meters.formats.witness_table). Both sums run in
+// float64 over the head dimension in channel order (a recursive sum; the margin of
+// witcert_calculus.numerics.rounding.logit_margin bounds any order), eight tokens at once. The
+// caller rounds the bound outward. A token that is not visible gets logit 0 and bound 0
+// (and is flagged exact, as a zero witness is); inf * 0 in the bound saturates to inf.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kTile = 8;
+
+// Per token j of a tile: sum_c q[c] key[c][j] and sum_c aq[c] wit[c][j], each summed in
+// channel order (a recursive sum), the tile's tokens side by side (vectorized; one clone
+// per instruction set, chosen when loaded).
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void tile_dots(const double* q, const double* aq, const double* key, const double* wit,
+               int64_t d, double* lsum, double* bsum) {
+  double l[kTile] = {0}, b[kTile] = {0};
+  for (int64_t k = 0; k < d; ++k) {
+    const double qk = q[k], ak = aq[k];
+    for (int64_t j = 0; j < kTile; ++j) {
+      l[j] += qk * key[k * kTile + j];
+      b[j] += ak * wit[k * kTile + j];
+    }
+  }
+  for (int64_t j = 0; j < kTile; ++j) lsum[j] = l[j], bsum[j] = b[j];
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fp8_logits_and_bound(
+    const at::Tensor& q, at::TensorList caches, const at::Tensor& start,
+    const at::Tensor& channels,
+    const at::Tensor& key_lut, const at::Tensor& wit_lut, const at::Tensor& visible,
+    double scale) {
+  TORCH_CHECK(q.dim() == 4 && q.scalar_type() == at::kDouble, "q must be [N, H, M, d] float64");
+  TORCH_CHECK(start.dim() == 3 && start.scalar_type() == at::kLong,
+              "start must be [N, kvh, S] int64");
+  TORCH_CHECK(channels.dim() == 1 && channels.scalar_type() == at::kLong,
+              "channels must be [d] int64");
+  TORCH_CHECK(key_lut.dim() == 2 && key_lut.size(1) == 256 &&
+                  key_lut.scalar_type() == at::kDouble,
+              "key_lut must be [H, 256] float64");
+  TORCH_CHECK(wit_lut.sizes() == key_lut.sizes() && wit_lut.scalar_type() == at::kDouble,
+              "wit_lut must be [H, 256] float64");
+  TORCH_CHECK(visible.dim() == 2 && visible.scalar_type() == at::kBool,
+              "visible must be [N, S] bool");
+  const int64_t n = q.size(0), h = q.size(1), m = q.size(2), d = q.size(3);
+  const int64_t kvh = start.size(1), s = start.size(2);
+  TORCH_CHECK(start.size(0) == n && channels.size(0) == d && kvh > 0 && h % kvh == 0,
+              "start must be [N, kvh, S] and channels [d] for q of shape [N, L * kvh, M, d]");
+  TORCH_CHECK(static_cast<int64_t>(caches.size()) == h / kvh, "one cache per layer");
+  TORCH_CHECK(key_lut.size(0) == h, "one lookup table per head");
+  TORCH_CHECK(visible.size(0) == n && visible.size(1) == s, "visible must be [N, S]");
+  std::vector<const uint8_t*> layer(caches.size());
+  for (size_t l = 0; l < caches.size(); ++l) {
+    TORCH_CHECK(caches[l].scalar_type() == at::kByte && caches[l].is_contiguous(),
+                "each cache must be contiguous uint8");
+    TORCH_CHECK(caches[l].numel() == caches[0].numel(), "the caches must have one size");
+    layer[l] = caches[l].data_ptr<uint8_t>();
+  }
+  const auto sc = start.contiguous();
+  const auto chc = channels.contiguous();
+  if (sc.numel() > 0 && d > 0) {
+    const int64_t lo = sc.min().item<int64_t>() + chc.min().item<int64_t>();
+    const int64_t hi = sc.max().item<int64_t>() + chc.max().item<int64_t>();
+    TORCH_CHECK(lo >= 0 && hi < caches[0].numel(), "positions out of the caches' range");
+  }
+  const int64_t* sp = sc.data_ptr<int64_t>();
+  const int64_t* chp = chc.data_ptr<int64_t>();
+  const auto qc = q.contiguous();
+  const auto kl = key_lut.contiguous();
+  const auto wl = wit_lut.contiguous();
+  const auto vc = visible.contiguous();
+  auto logits = at::empty({n, h, m, s}, q.options());
+  auto bound = at::empty({n, h, m, s}, q.options());
+  auto exact = at::empty({n, h, s}, visible.options());
+  const double* qp = qc.data_ptr<double>();
+  const double* klp = kl.data_ptr<double>();
+  const double* wlp = wl.data_ptr<double>();
+  const bool* vp = vc.data_ptr<bool>();
+  double* lp = logits.data_ptr<double>();
+  double* bp = bound.data_ptr<double>();
+  bool* ep = exact.data_ptr<bool>();
+  const double inf = std::numeric_limits<double>::infinity();
+  at::parallel_for(0, n * h, 1, [&](int64_t begin, int64_t end) {
+    std::vector<double> key(d * kTile), wit(d * kTile), aq(m * d);
+    for (int64_t nh = begin; nh < end; ++nh) {
+      const int64_t i = nh / h, head = nh % h;
+      const double* qrow = qp + nh * m * d;
+      for (int64_t k = 0; k < m * d; ++k) aq[k] = std::fabs(qrow[k]);
+      const double* kt = klp + head * 256;
+      const double* wt = wlp + head * 256;
+      const uint8_t* bytes = layer[head / kvh];
+      const int64_t* starts = sp + (i * kvh + head % kvh) * s;
+      for (int64_t t0 = 0; t0 < s; t0 += kTile) {
+        const int64_t width = std::min(kTile, s - t0);
+        // the tile's keys and witnesses, channel-major: [d][kTile] (0 where not visible)
+        for (int64_t j = 0; j < kTile; ++j) {
+          const bool seen = j < width && vp[i * s + t0 + j];
+          bool zero = true;
+          const uint8_t* first = seen ? bytes + starts[t0 + j] : nullptr;
+          for (int64_t k = 0; k < d; ++k) {
+            const uint8_t c = seen ? first[chp[k]] : 0;
+            key[k * kTile + j] = seen ? kt[c] : 0.0;
+            wit[k * kTile + j] = seen ? wt[c] : 0.0;
+            zero = zero && wit[k * kTile + j] == 0.0;
+          }
+          if (j < width) ep[nh * s + t0 + j] = zero;
+        }
+        for (int64_t r = 0; r < m; ++r) {
+          double lsum[kTile], bsum[kTile];
+          tile_dots(qrow + r * d, aq.data() + r * d, key.data(), wit.data(), d, lsum, bsum);
+          double* lo = lp + (nh * m + r) * s + t0;
+          double* bo = bp + (nh * m + r) * s + t0;
+          for (int64_t j = 0; j < width; ++j) {
+            if (!vp[i * s + t0 + j]) {
+              lo[j] = 0.0, bo[j] = 0.0;
+              continue;
+            }
+            lo[j] = scale * lsum[j];
+            const double b = bsum[j] * scale;
+            bo[j] = std::isnan(b) ? inf : b;
+          }
+        }
+      }
+    }
+  });
+  return {logits, bound, exact};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(witcert_fused, m) {
+  m.def("fp8_logits_and_bound(Tensor q, Tensor[] caches, Tensor start, Tensor channels, "
+        "Tensor key_lut, Tensor wit_lut, Tensor visible, float scale) -> "
+        "(Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(witcert_fused, CPU, m) {
+  m.impl("fp8_logits_and_bound", &fp8_logits_and_bound);
+}

@@ -1,0 +1,182 @@
+"""The fp8 meter's per-token pass as one compiled CPU kernel.
+
+The torch meter (:mod:`witcert_kernels.meter`) dequantizes every visible key of an fp8 cache
+to float64, looks up each element's format witness into a second float64 tensor, and then
+meets both with the queries: three passes over eight bytes per stored byte. The kernel here
+reads each stored byte once and gives, per (query row, visible token), the logit and the
+format logit bound ``c_t = scale * sum_c |q_c| w_{t,c}``
+(:func:`witcert_kernels.meter.format_logit_bound`'s formula, the same float64 arithmetic up
+to the summation order, which its margin covers), from two 256-entry tables per head: the
+codes' exact values times the layer's scale, and their witnesses
+(:func:`witcert_calculus.meters.formats.witness_table`).
+
+It is C++ (``csrc/fp8_meter.cpp``) built with the system compiler through torch's extension
+tools on first use, into a folder named after the source's hash and torch's version (one
+build per machine and environment; ``WITCERT_KERNEL_DIR`` moves it). A build or load that
+fails raises :class:`~witcert_calculus.errors.KernelBuildError`.
+
+Main declarations:
+
+- :class:`Fp8Codes`: the stored bytes of the visible keys with their two tables.
+- :func:`fp8_codes`: the tables of a cache format and per-layer scales.
+- :func:`fp8_logits_and_bound`: the logits and the established bound of a group of rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
+from typing import Final, final
+
+import numpy as np
+import torch
+
+from witcert_calculus.errors import InvalidValueError, KernelBuildError
+from witcert_calculus.meters.formats import BOX_PREMISE, Fp8Format, Rounding, box_evidence, \
+    witness_table
+from witcert_calculus.meters.witness import LogitBound
+from witcert_calculus.numerics.rounding import logit_margin
+from witcert_calculus.numerics.validation import real
+from witcert_kernels.rounding import outward
+
+from witcert_calculus.meters.witness import _establish  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.meter import _add_bounds  # pyright: ignore[reportPrivateUsage]
+
+__all__ = ["Fp8Codes", "fp8_codes", "fp8_logits_and_bound", "load"]
+
+_SOURCE: Final = Path(__file__).with_name("csrc") / "fp8_meter.cpp"
+_F64: Final = torch.float64
+_FP8_DTYPE: Final = {Fp8Format.E4M3: torch.float8_e4m3fn, Fp8Format.E5M2: torch.float8_e5m2}
+
+
+@lru_cache(maxsize=1)
+def load() -> None:
+    """Build (once per source and torch version) and load the kernel.
+
+    Raises:
+        KernelBuildError: the compiler or the loader failed; the message names which.
+    """
+    from torch.utils import cpp_extension  # noqa: PLC0415 - only when the kernel is used
+
+    text = _SOURCE.read_bytes()
+    tag = re.sub(r"[^0-9A-Za-z]", "_", torch.__version__)
+    name = f"witcert_fp8_meter_{hashlib.sha256(text).hexdigest()[:12]}_{tag}"
+    root = Path(os.environ.get("WITCERT_KERNEL_DIR",
+                               Path.home() / ".cache" / "witcert" / "kernels"))
+    build = root / name
+    try:
+        build.mkdir(parents=True, exist_ok=True)
+        cpp_extension.load(  # pyright: ignore[reportUnknownMemberType]
+            name=name, sources=[str(_SOURCE)], build_directory=str(build),
+            extra_cflags=["-O3"], is_python_module=False, verbose=False)
+    except (OSError, RuntimeError, ImportError, subprocess.SubprocessError) as exc:
+        lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+        raise KernelBuildError("fp8_meter", " | ".join(lines[-3:])[:400] or
+                               type(exc).__name__) from exc
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Fp8Codes:
+    """Where the stored bytes of every request's visible keys are, with what they mean.
+
+    Attributes:
+        caches: per layer, the engine's cache bytes flattened (``uint8``, one size).
+        start: ``[R, kvh, S]`` int64, the position of request ``r``'s token ``s`` (kv head
+            ``k``) in every layer's flattened cache; ``channels``: ``[d]`` int64, the
+            offsets of its elements from there.
+        values: ``[L * kvh, 256]`` float64, each code's exact value times the layer's scale
+            (heads layer-major).
+        witnesses: ``[L * kvh, 256]`` float64, each code's format witness at that scale.
+    """
+
+    caches: tuple[torch.Tensor, ...]
+    start: torch.Tensor
+    channels: torch.Tensor
+    values: torch.Tensor
+    witnesses: torch.Tensor
+
+
+def fp8_codes(caches: Sequence[torch.Tensor], start: torch.Tensor, channels: torch.Tensor, *,
+              fmt: Fp8Format, rounding: Rounding, scales: Sequence[float]) -> Fp8Codes:
+    """:class:`Fp8Codes` of the bytes of ``caches`` (one per layer, contiguous, one size) at
+    ``start[..., None] + channels``, stored in ``fmt`` by a writer that rounds by
+    ``rounding``, each layer at its float32 ``scales[k]`` (the caller's float32 reading of the engine's scale).
+
+    Raises:
+        InvalidValueError: caches that are not contiguous bytes of one size, positions out
+            of their range, or one scale per layer missing.
+    """
+    flat = tuple(c.view(-1) if c.is_contiguous() else c for c in caches)
+    size = int(flat[0].numel()) if flat else 0
+    if not flat or any(c.dtype != torch.uint8 or not c.is_contiguous() or c.dim() != 1 or
+                       int(c.numel()) != size for c in flat):
+        raise InvalidValueError("caches", f"{len(flat)} tensors",
+                                "must be contiguous uint8 caches of one size, one per layer")
+    if len(scales) != len(flat):
+        raise InvalidValueError("scales", len(scales), f"must be one per layer ({len(flat)})")
+    ok = start.dtype == channels.dtype == torch.int64 and start.dim() == 3 and \
+        channels.dim() == 1
+    if ok and start.numel() and channels.numel():
+        ok = int(start.min()) + int(channels.min()) >= 0 and \
+            int(start.max()) + int(channels.max()) < size
+    if not ok:
+        raise InvalidValueError("start", f"tensors of {start.dtype} {tuple(start.shape)} and "
+                                f"{channels.dtype} {tuple(channels.shape)}",
+                                f"must be [R, kvh, S] and [d] int64 positions below {size}")
+    heads = int(start.shape[1])
+    exact = torch.arange(256, dtype=torch.int64).to(torch.uint8).view(_FP8_DTYPE[fmt]).to(_F64)
+    values = torch.stack([exact * s for s in scales]).repeat_interleave(heads, dim=0)
+    wit = torch.stack([torch.tensor(np.array(witness_table(fmt, rounding, scale=s)),
+                                    dtype=_F64) for s in scales])
+    return Fp8Codes(flat, start, channels, values.contiguous(),
+                    wit.repeat_interleave(heads, dim=0).contiguous())
+
+
+def fp8_logits_and_bound(query: torch.Tensor, side: Fp8Codes, requests: torch.Tensor,
+                         visible: torch.Tensor, *, scale: float
+                         ) -> tuple[torch.Tensor, LogitBound[torch.Tensor]]:
+    """The logits and the established format logit bound of a group of rows, in one pass.
+
+    Args:
+        query: ``[N, H, G, Q, d]`` the rows' queries (``G`` query heads per kv head).
+        side: where the stored bytes are (:class:`Fp8Codes`); ``requests`` (``[N]``): the
+            group's rows of its index.
+        visible: ``[N, S]`` the tokens each request sees (others: logit 0, bound 0).
+        scale: the softmax scale (positive, finite).
+
+    Returns:
+        ``[N, H, G, Q, S]`` float64 logits (``scale * q . k`` of the stored keys) and the
+        bound ``scale * sum_c |q_c| w_{t,c}``, rounded outward with
+        :func:`~witcert_calculus.numerics.rounding.logit_margin` of ``d`` products, an
+        established :class:`~witcert_calculus.meters.witness.LogitBound` (Lean
+        ``WitCert.Formats.box_logit_bound_sound``).
+
+    Raises:
+        KernelBuildError: the kernel cannot be built; InvalidValueError: a bad scale.
+    """
+    sc = real("scale", scale, lo=0.0, lo_open=True)
+    load()
+    n, h, g, qn, d = (int(x) for x in query.shape)
+    q = query.to(_F64).reshape(n, h, g * qn, d).contiguous()
+    start = side.start[requests].contiguous()
+    logits, raw, exact_token = torch.ops.witcert_fused.fp8_logits_and_bound(
+        q, list(side.caches), start, side.channels, side.values, side.witnesses,
+        visible.contiguous(), sc)
+    width = int(start.shape[2])
+    margin = logit_margin(d, scale=sc)
+    exact = exact_token.unsqueeze(2) | (q == 0).all(dim=-1, keepdim=True)
+    values = outward(raw, gamma=margin.gamma, alpha=margin.alpha, exact=exact)
+    bound = _establish(values.view(n, h, g, qn, width),
+                       evidence=box_evidence(scale=sc, channels=d, witness_ok=None),
+                       delta=Fraction(0), source="witcert_kernels.fused.fp8_logits_and_bound",
+                       add=_add_bounds, checks=((BOX_PREMISE, (side.witnesses >= 0).all()),))
+    return logits.view(n, h, g, qn, width), bound
+

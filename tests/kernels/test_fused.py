@@ -1,0 +1,210 @@
+"""The compiled fp8 pass (witcert_kernels.fused) against the torch meter's own formulas.
+
+The kernel reads an fp8 cache's bytes in place and gives the logits and the format logit
+bound of every (row, visible token). Checked here: against the torch path it replaces
+(dequantized keys met by ``matmul``, :func:`~witcert_kernels.meter.format_logit_bound` on the
+looked-up witnesses) over random caches in both of vLLM's CPU layouts, both fp8 formats,
+every GQA grouping and ragged visibility; never below the exact rational bound; saturating
+where the writer clamps; refusing positions outside the caches and a build that fails.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, dequantize, \
+    element_offsets, stored_elements
+from witcert_calculus.errors import InvalidValueError, PremiseError
+from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.meters.formats import Fp8Format, Rounding
+from witcert_calculus.meters.witness import is_established
+from witcert_calculus.numerics.rounding import logit_margin
+from witcert_kernels.fused import fp8_codes, fp8_logits_and_bound
+from witcert_kernels.meter import format_logit_bound, format_witness
+
+BS = 32
+_FMT = {Fp8Format.E4M3: CacheFormat.FP8_E4M3, Fp8Format.E5M2: CacheFormat.FP8_E5M2}
+
+
+def _case(seed: int, *, layers: int, kvh: int, d: int, rows: int, width: int,
+          blocks: int = 6) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    # Caches as vLLM allocates them (views into one buffer at nonzero offsets), random bytes
+    # (every code, the writer's clamped ones included); distinct random slots per request.
+    gen = torch.Generator().manual_seed(seed)
+    size = blocks * kvh * BS * 2 * d
+    buffer = torch.randint(0, 256, (layers * size + 5,), generator=gen, dtype=torch.uint8)
+    caches = [buffer[5 + i * size:5 + (i + 1) * size].view(blocks, kvh, BS, 2 * d)
+              for i in range(layers)]
+    slots = torch.stack([torch.randperm(blocks * BS, generator=gen)[:width]
+                         for _ in range(rows)])
+    visible = torch.rand(rows, width, generator=gen) < 0.8
+    return caches, slots, visible
+
+
+def _reference(q: torch.Tensor, caches: list[torch.Tensor], slots: torch.Tensor,
+               visible: torch.Tensor, *, layout: CacheLayout, fmt: Fp8Format,
+               scales: list[float], scale: float
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # The torch path the kernel replaces: keys dequantized to float64, witnesses looked up
+    # per element (zero where not visible), both stacked layer-major as the meter does.
+    raw = stored_elements(caches, slots, layout=layout, heads_first=True)  # [L, R, kvh, S, d]
+    keys = dequantize(raw, fmt=_FMT[fmt], scales=scales)
+    w = torch.stack([format_witness(raw[k], fmt=fmt, rounding=Rounding.TRUNCATE,
+                                    scale=scales[k]) for k in range(len(caches))])
+    n, r, kvh, width, d = (int(x) for x in raw.shape)
+    keys = keys.transpose(0, 1).reshape(r, n * kvh, width, d)
+    w = torch.where(visible.view(1, r, 1, width, 1), w, 0.0).transpose(0, 1) \
+        .reshape(r, n * kvh, width, d)
+    _, h, g, qn, _ = (int(x) for x in q.shape)
+    logits = (scale * torch.matmul(q.reshape(r, h, g * qn, d), keys.transpose(-1, -2))) \
+        .view(r, h, g, qn, width)
+    size = scale * torch.matmul(q.abs().reshape(r, h, g * qn, d), keys.abs().transpose(-1, -2))
+    return logits, format_logit_bound(q, w, scale=scale).values, size.view(r, h, g, qn, width)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2 ** 16), layers=st.integers(1, 3), kvh=st.integers(1, 3),
+       g=st.integers(1, 3), qn=st.integers(1, 3), rows=st.integers(1, 3),
+       width=st.integers(1, 40), layout=st.sampled_from(list(CacheLayout)),
+       fmt=st.sampled_from(list(Fp8Format)))
+def test_the_compiled_pass_equals_the_torch_path(seed: int, layers: int, kvh: int, g: int,
+                                                 qn: int, rows: int, width: int,
+                                                 layout: CacheLayout, fmt: Fp8Format) -> None:
+    """Logits within float64 rounding of the matmul's; the bound equal to the torch bound up
+    to its own margin (only the summation order differs), infinite and zero on the same
+    tokens; an invisible token's bound 0."""
+    d = 32
+    caches, slots, visible = _case(seed, layers=layers, kvh=kvh, d=d, rows=rows, width=width)
+    scales = [0.5, 0.03125 * 3, 1.25][:layers]
+    q = torch.randn(rows, layers * kvh, g, qn, d, generator=torch.Generator().manual_seed(seed),
+                    dtype=torch.float64)
+    q[..., 0, :3] = 0.0  # zero channels (and, with g = 1, some zero channels of every row)
+    scale = d ** -0.5
+    offsets = element_offsets(caches, slots, layout=layout, heads_first=True)
+    assert offsets is not None
+    side = fp8_codes(caches, *offsets, fmt=fmt, rounding=Rounding.TRUNCATE, scales=scales)
+    logits, c = fp8_logits_and_bound(q, side, torch.arange(rows), visible, scale=scale)
+    assert is_established(c)
+    want_logits, want_c, size = _reference(q, caches, slots, visible, layout=layout, fmt=fmt,
+                                           scales=scales, scale=scale)
+    seen = visible.view(rows, 1, 1, 1, width).expand_as(logits)
+    finite = seen & torch.isfinite(want_logits)
+    gamma = logit_margin(d, scale=scale).gamma
+    # |dot - dot'| <= 2 gamma_d sum |q k| for two summation orders of the same products
+    assert bool(((logits - want_logits).abs() <= 2 * gamma * size + 1e-300)[finite]
+                .all())
+    assert torch.equal(torch.isnan(logits[seen]), torch.isnan(want_logits[seen]))
+    v, wv = c.values, want_c
+    assert torch.equal(torch.isinf(v), torch.isinf(wv))
+    assert torch.equal(v == 0, wv == 0)
+    both = torch.isfinite(v) & (wv > 0)
+    assert bool(((v - wv).abs() <= 3 * gamma * wv)[both].all())
+    assert bool((v[~seen] == 0).all())
+
+
+def test_the_bound_is_never_below_the_exact_one() -> None:
+    """Against exact rational arithmetic on every (row, token) of a small case: the
+    outward-rounded bound holds ``scale * sum_c |q_c| w_c`` from above."""
+    caches, slots, visible = _case(7, layers=2, kvh=2, d=16, rows=2, width=12)
+    visible[:] = True
+    scales = [0.375, 2.0]
+    q = torch.randn(2, 4, 2, 1, 16, generator=torch.Generator().manual_seed(1),
+                    dtype=torch.float64) * 3
+    offsets = element_offsets(caches, slots, layout=CacheLayout.VEC, heads_first=True)
+    assert offsets is not None
+    side = fp8_codes(caches, *offsets, fmt=Fp8Format.E4M3, rounding=Rounding.TRUNCATE,
+                     scales=scales)
+    _, c = fp8_logits_and_bound(q, side, torch.arange(2), visible, scale=0.25)
+    raw = stored_elements(caches, slots, layout=CacheLayout.VEC, heads_first=True)
+    checked = 0
+    for layer in range(2):
+        for kv in range(2):
+            h = layer * 2 + kv
+            for r in range(2):
+                for t in range(12):
+                    ws = [float(side.witnesses[h, int(b)]) for b in raw[layer, r, kv, t]]
+                    if float("inf") in ws:  # a clamped code: saturated (its own test)
+                        continue
+                    w = [Fraction(x) for x in ws]
+                    for m in range(2):
+                        got = float(c.values[r, h, m, 0, t])
+                        if got == float("inf"):
+                            continue
+                        exact = Fraction(0.25) * sum(
+                            (abs(Fraction(float(x))) * wc for x, wc in
+                             zip(q[r, h, m, 0], w, strict=True)), Fraction(0))
+                        assert Fraction(got) >= exact
+                        checked += 1
+    assert checked > 50
+
+
+def test_a_clamped_code_saturates_its_token_and_a_zero_query_does_not_hide_it() -> None:
+    """e4m3's 0x7E (448, where the writer clamps) has an infinite witness: its token's bound
+    is inf even against a query that is zero on that channel (inf * 0 saturates)."""
+    caches, slots, visible = _case(3, layers=1, kvh=1, d=8, rows=1, width=4)
+    visible[:] = True
+    offsets = element_offsets(caches, slots, layout=CacheLayout.VEC, heads_first=True)
+    assert offsets is not None
+    start, channels = offsets
+    caches[0].view(-1)[int(start[0, 0, 2] + channels[5])] = 0x7E
+    side = fp8_codes(caches, start, channels, fmt=Fp8Format.E4M3, rounding=Rounding.TRUNCATE,
+                     scales=[1.0])
+    q = torch.ones(1, 1, 1, 1, 8, dtype=torch.float64)
+    q[..., 5] = 0.0
+    _, c = fp8_logits_and_bound(q, side, torch.arange(1), visible, scale=1.0)
+    assert float(c.values[0, 0, 0, 0, 2]) == float("inf")
+
+
+def test_a_negative_witness_table_fails_the_premise() -> None:
+    """The premise w >= 0 is computed over the tables every witness comes from: a table
+    with a negative entry gives a bound whose evidence is refused."""
+    from witcert_kernels.meter import tv_meter_batch
+
+    caches, slots, visible = _case(5, layers=1, kvh=1, d=8, rows=1, width=6)
+    offsets = element_offsets(caches, slots, layout=CacheLayout.VEC, heads_first=True)
+    assert offsets is not None
+    side = fp8_codes(caches, *offsets, fmt=Fp8Format.E4M3, rounding=Rounding.TRUNCATE,
+                     scales=[1.0])
+    object.__setattr__(side, "witnesses", side.witnesses.neg())
+    q = torch.randn(1, 1, 1, 1, 8, dtype=torch.float64)
+    logits, c = fp8_logits_and_bound(q, side, torch.arange(1), visible, scale=1.0)
+    p = torch.softmax(logits.masked_fill(~visible.view(1, 1, 1, 1, 6), -torch.inf), dim=-1)
+    basis = tv_meter_batch(p, c, check=False).basis
+    with pytest.raises(PremiseError, match="w"):
+        basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+
+
+def test_positions_outside_the_caches_are_refused_by_name() -> None:
+    caches, slots, _ = _case(2, layers=2, kvh=1, d=8, rows=1, width=3)
+    offsets = element_offsets(caches, slots, layout=CacheLayout.VEC, heads_first=True)
+    assert offsets is not None
+    start, channels = offsets
+    with pytest.raises(InvalidValueError, match="start"):
+        fp8_codes(caches, start + caches[0].numel(), channels, fmt=Fp8Format.E4M3,
+                  rounding=Rounding.TRUNCATE, scales=[1.0, 1.0])
+    with pytest.raises(InvalidValueError, match="scales"):
+        fp8_codes(caches, start, channels, fmt=Fp8Format.E4M3, rounding=Rounding.TRUNCATE,
+                  scales=[1.0])
+    with pytest.raises(InvalidValueError, match="caches"):
+        fp8_codes([c.view(torch.int8) for c in caches], start, channels, fmt=Fp8Format.E4M3,
+                  rounding=Rounding.TRUNCATE, scales=[1.0, 1.0])
+
+
+def test_a_kernel_that_cannot_be_built_is_a_typed_error(tmp_path: Path) -> None:
+    """A compiler that fails: KernelBuildError naming the kernel, no meter without it."""
+    code = ("from witcert_kernels.fused import load\n"
+            "from witcert_calculus.errors import KernelBuildError\n"
+            "try:\n    load()\nexcept KernelBuildError as e:\n    print('refused:', e)\n")
+    env = {**os.environ, "CXX": "false", "WITCERT_KERNEL_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300, check=True)
+    assert "refused: kernel 'fp8_meter' cannot be built" in out.stdout, out.stdout + out.stderr
