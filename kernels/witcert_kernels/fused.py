@@ -35,12 +35,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Final, final
 
-import numpy as np
 import torch
 
 from witcert_calculus.errors import InvalidValueError, KernelBuildError
-from witcert_calculus.meters.formats import BOX_PREMISE, Fp8Format, Rounding, box_evidence, \
-    witness_table
+from witcert_calculus.meters.formats import BOX_PREMISE, Fp8Format, Rounding, box_evidence
 from witcert_calculus.meters.witness import LogitBound
 from witcert_calculus.numerics.rounding import logit_margin
 from witcert_calculus.numerics.validation import real
@@ -48,6 +46,7 @@ from witcert_kernels.rounding import outward
 
 from witcert_calculus.meters.witness import _establish  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.meter import _add_bounds  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.meter import _witness_table  # pyright: ignore[reportPrivateUsage]
 
 __all__ = ["Fp8Codes", "fp8_codes", "fp8_logits_and_bound", "load"]
 
@@ -134,8 +133,8 @@ def fp8_codes(caches: Sequence[torch.Tensor], start: torch.Tensor, channels: tor
     heads = int(start.shape[1])
     exact = torch.arange(256, dtype=torch.int64).to(torch.uint8).view(_FP8_DTYPE[fmt]).to(_F64)
     values = torch.stack([exact * s for s in scales]).repeat_interleave(heads, dim=0)
-    wit = torch.stack([torch.tensor(np.array(witness_table(fmt, rounding, scale=s)),
-                                    dtype=_F64) for s in scales])
+    wit = torch.stack([_witness_table(fmt, rounding, float(s), torch.device("cpu"))
+                       for s in scales])
     return Fp8Codes(flat, start, channels, values.contiguous(),
                     wit.repeat_interleave(heads, dim=0).contiguous())
 

@@ -162,10 +162,13 @@ def stored_elements(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *,
     Returns:
         ``[layers, ..., kv_heads, head_dim]`` (or heads first, see above).
     """
-    flat = element_index(kv_caches, slots, layout=layout, part=part, heads_first=heads_first)
-    if flat is not None:
+    offsets = element_offsets(kv_caches, slots, layout=layout, part=part,
+                              heads_first=heads_first)
+    if offsets is not None:
         # one flat index of the elements, the same in every layer's cache (its layout and
         # shape): a plain take per layer instead of a multi-tensor advanced index
+        start, channels = offsets
+        flat = start.unsqueeze(-1) + channels
         return torch.stack([c.view(-1)[flat] for c in kv_caches])
     index = _element_dims(kv_caches[0], slots, layout=layout, part=part,
                           heads_first=heads_first)
@@ -173,27 +176,15 @@ def stored_elements(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *,
     return torch.stack([o.reshape(*o.shape[:int(slots.dim()) + 1], -1) for o in out])
 
 
-def element_index(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *,
-                  layout: CacheLayout, part: int = 0, heads_first: bool = False
-                  ) -> torch.Tensor | None:
-    """The positions of :func:`stored_elements`'s elements in each layer's cache flattened
-    (``cache.view(-1)[index]``), one index for every layer, shaped as one layer's result;
-    ``None`` when the caches differ in shape or one is not contiguous."""
-    offsets = element_offsets(kv_caches, slots, layout=layout, part=part,
-                              heads_first=heads_first)
-    if offsets is None:
-        return None
-    start, channels = offsets
-    return start.unsqueeze(-1) + channels
-
-
 def element_offsets(kv_caches: Sequence[torch.Tensor], slots: torch.Tensor, *,
                     layout: CacheLayout, part: int = 0, heads_first: bool = False
                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """:func:`element_index` as ``(start, channels)``: the index is ``start[..., None] +
-    channels``, ``start`` the position of each (slot, kv head)'s first element and
-    ``channels`` (``[head_dim]``) the offsets of its elements from it (the same for every
-    token, in every layout); ``None`` as :func:`element_index`."""
+    """Where :func:`stored_elements`'s elements are in each layer's cache flattened, the
+    same for every layer: ``cache.view(-1)[start[..., None] + channels]``, ``start`` (shaped
+    as one layer's result without its last dimension) the position of each (slot, kv
+    head)'s first element and ``channels`` (``[head_dim]``) the offsets of its elements
+    from it (the same for every token, in every layout); ``None`` when the caches differ in
+    shape or one is not contiguous."""
     first = kv_caches[0]
     if not all(c.is_contiguous() and c.shape == first.shape for c in kv_caches):
         return None
