@@ -10,9 +10,12 @@ eager attention (the meter reads the attention probabilities), one thread.
 For each context length the two caches are prefilled with the same tokens (the metered
 cache compresses and records witnesses; its prefill is not metered), then ``--steps`` decode
 steps run
-alternately, metered and unmetered, side by side; the median time per step of each and
-their ratio are printed (this machine is noisy: compare ratios from one run, not times
-across runs). ``--profile`` also prints the metered step's most expensive operators.
+alternately, metered and unmetered, side by side. Printed per context: the median, 99th
+percentile and mean time per step of each side, their ratios (this machine is noisy: compare
+ratios from one run, not times across runs), and the *floor*: ``1 +`` the meter's arithmetic
+over the step's, from the shapes (:func:`floor`), i.e. what the ratio would be if the meter
+cost only its floating-point operations, at the model's rate. ``--profile`` also prints the
+metered step's most expensive operators.
 
 Run: ``.venv/bin/python benchmarks/bench_always_on.py [--contexts 128 1024 4096] [--steps 9]``
 """
@@ -28,6 +31,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from witcert_adapters.architectures import spec_for
 from witcert_adapters.demo.models import load_smollm2
 from witcert_adapters.hf import Probe
 from witcert_adapters.schemes import EntryRole, Scheme, WriteContext, get_scheme
@@ -51,6 +55,33 @@ class CompressedCache(DynamicCache):
         return super().update(k, v, layer_idx, *args, **kwargs)  # pyright: ignore
 
 
+def floor(config: Any, *, context: int, bands: int, blocks: int) -> float:
+    """``1 +`` the meter's floating-point operations over the decode step's, at ``context``.
+
+    The step: the model's matrix products (``2 * params`` of the projections and the head)
+    and eager attention (``4 d`` per layer, head and visible token: the logits and the
+    weighted values). The meter per layer, head and visible token, its weights read from the
+    attention the model computed: Tier A's logit bound (``2 * bands`` products and sums), its
+    forms (``log A``, ``log A-``, the retention form: about 14 operations, counting an
+    exponential as one) and the output bound (2); Tier B's bound (``4 * blocks`` for the
+    variance and grid-mean sums, about 6 for the radius and cast terms) and its forms (14).
+    """
+    layers, heads = int(config.num_hidden_layers), int(config.num_attention_heads)
+    hidden, inter = int(config.hidden_size), int(config.intermediate_size)
+    kvh = int(getattr(config, "num_key_value_heads", heads) or heads)
+    d = hidden // heads
+    linear = layers * (hidden * (heads + 2 * kvh) * d + heads * d * hidden +
+                       3 * hidden * inter) + hidden * int(config.vocab_size)
+    step = 2 * linear + layers * heads * context * 4 * d
+    per_token = (2 * bands + 14 + 2) + (4 * blocks + 6 + 14)
+    return 1.0 + layers * heads * context * per_token / step
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
 def _step(model: Any, token: torch.Tensor, cache: Any) -> float:
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -71,7 +102,12 @@ def main() -> None:
     vocab = int(metered_model.config.vocab_size)
     print(f"one decode step of SmolLM2-135M-Instruct (float32, eager, 1 thread); scheme {SCHEME}; "
           f"metered: every layer and head, Tier A + Tier B, no audit; median of {args.steps}")
-    print(f"{'context':>8s} {'off ms':>9s} {'on ms':>9s} {'on/off':>8s}")
+    print(f"{'context':>8s} {'off p50':>8s} {'on p50':>8s} {'off p99':>8s} {'on p99':>8s} "
+          f"{'off mean':>8s} {'on mean':>8s} {'p50 r':>6s} {'p99 r':>6s} {'mean r':>6s} "
+          f"{'floor':>6s}")
+    head = metered_model.config.hidden_size // metered_model.config.num_attention_heads
+    bands = max(p.bands for p in spec_for(metered_model.config.model_type).parts)
+    blocks = head // int(scheme.group or head)
     for n in args.contexts:
         ids = torch.randint(0, vocab, (1, n + args.steps), generator=torch.Generator().manual_seed(n))
         ledger = RiskLedger()
@@ -108,9 +144,13 @@ def main() -> None:
             events = len(probe.result().tier_b_events)
         finally:
             probe.close()
-        m_on, m_off = statistics.median(on), statistics.median(off)
-        print(f"{n:8d} {1e3 * m_off:9.2f} {1e3 * m_on:9.2f} {m_on / m_off:8.3f}   "
-              f"({events} Tier-B events admitted)")
+        row = [f(xs) for f in (statistics.median, lambda x: _pct(x, 0.99), statistics.fmean)
+               for xs in (off, on)]
+        ratios = [row[k + 1] / row[k] for k in (0, 2, 4)]
+        fl = floor(metered_model.config, context=n, bands=bands, blocks=blocks)
+        print(f"{n:8d} " + " ".join(f"{1e3 * x:8.2f}" for x in row) + " " +
+              " ".join(f"{r:6.3f}" for r in ratios) + f" {fl:6.3f}   "
+              f"({events} Tier-B events admitted)", flush=True)
 
 
 if __name__ == "__main__":

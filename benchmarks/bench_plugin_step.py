@@ -10,16 +10,20 @@ prefilled to ``S`` tokens, then 12 decode steps; per step, everything the plugin
 step's layout and slot generations, the meter of every layer, head and row, the accounts),
 the engine's own cache writes excluded. The median is printed next to the model's decode
 step measured by ``bench_vllm_live.py``: their ratio is the plugin's share of the
-end-to-end ratio. ``--profile`` also prints the plugin's most expensive functions.
+end-to-end ratio. ``--profile`` also prints the plugin's most expensive functions;
+``--sections`` the median time of each part of the plugin's step over the decode steps (the
+captures, the check of the stored bytes, the step's layout, the meter, the accounts).
 
 Run: ``.venv-vllm/bin/python benchmarks/bench_plugin_step.py [--requests 1 8 32]
-[--tokens 144 1024] [--form cascade] [--kv auto|fp8] [--profile]``
+[--tokens 144 1024] [--form cascade] [--kv auto|fp8] [--profile] [--sections]``
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
+import functools
 import pstats
 import statistics
 import tempfile
@@ -30,11 +34,47 @@ from types import SimpleNamespace
 import torch
 from vllm import _custom_ops as ops
 
+from witcert_adapters.vllm_plugin import engine
 from witcert_adapters.vllm_plugin.config import PluginConfig
 from witcert_adapters.vllm_plugin.engine import Monitor
 from witcert_adapters.vllm_plugin.paged import cache_format
 
 LAYERS, KVH, H, D, BS = 30, 3, 9, 64, 128
+
+
+SECTIONS = {"captures (per layer)": (Monitor, ("wrote", "read")),
+            "check of the stored bytes": (Monitor, ("_check_writes",)),
+            "step layout, slot generations": (Monitor, ("_prepare",)),
+            "witness writes": (Monitor, ("_put_witnesses",)),
+            "meter": (engine, ("meter_layers",)),
+            "summary": (engine, ("summarize",)),
+            "accounts": (engine.Accounts, ("add_step",))}
+
+
+def timed_sections() -> list[dict[str, float]]:
+    """Wrap the step's parts with timers; the returned list gets one dict per step."""
+    steps: list[dict[str, float]] = []
+    begin = Monitor.begin
+
+    def start(self: Monitor, *a: object) -> None:
+        steps.append(collections.defaultdict(float))
+        begin(self, *a)  # pyright: ignore[reportArgumentType]
+
+    Monitor.begin = start  # type: ignore[method-assign]
+    for label, (owner, names) in SECTIONS.items():
+        for name in names:
+            fn = getattr(owner, name)
+
+            def timed(*a: object, _fn: object = fn, _label: str = label, **k: object) -> object:
+                t0 = time.perf_counter()
+                try:
+                    return _fn(*a, **k)  # type: ignore[operator]
+                finally:
+                    if steps:
+                        steps[-1][_label] += time.perf_counter() - t0
+
+            setattr(owner, name, functools.wraps(fn)(timed))
+    return steps
 
 
 def measure(requests: int, tokens: int, form: str, kv: str, store: Path,
@@ -107,7 +147,10 @@ def main() -> None:
     p.add_argument("--kv", default="auto", choices=["auto", "fp8"],
                    help="the cache: the model's dtype (bfloat16) or fp8 (e4m3)")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--sections", action="store_true",
+                   help="print each part's median over the decode steps")
     args = p.parse_args()
+    sections = timed_sections() if args.sections else None
     torch.set_num_threads(1)
     cache = "bfloat16" if args.kv == "auto" else "fp8 (e4m3)"
     print(f"plugin time per decode step ({cache} cache, form={args.form}), median of 12")
@@ -119,6 +162,12 @@ def main() -> None:
                 t = measure(requests, tokens, args.form, args.kv, Path(tmp) / "v.sqlite", prof)
                 print(f"{requests:8d} {tokens:6d} {1e3 * statistics.median(t):9.2f} "
                       f"{1e3 * min(t):7.2f}", flush=True)
+                if sections is not None:
+                    last = sections[-12:]  # the decode steps
+                    for label in SECTIONS:
+                        print(f"    {label:32s} "
+                              f"{1e3 * statistics.median(x[label] for x in last):7.3f} ms")
+                    sections.clear()
                 if prof is not None:
                     pstats.Stats(prof).sort_stats("cumtime").print_stats("witcert", 25)
 

@@ -69,7 +69,7 @@ SAMPLES: list[tuple[WitcertError, type[Exception]]] = [
     (EngineMismatchError("vllm version", "0.32.0", "0.33.0"), RuntimeError),
     (InjectionError("decode_attention.py", "stage1 loop", "found 0 times, expected 1"),
      RuntimeError),
-    (KernelBuildError("fp8_meter", "g++ exited with 1"), RuntimeError),
+    (KernelBuildError("witcert_fused", "g++ exited with 1"), RuntimeError),
     (UnknownTheoremError("WitCert.Nope.nope", 12), ValueError),
     (TheoremExportError("/tmp/theorems.json", "not a JSON list"), ValueError),
     (ChainSpecError("stage 2 ('nope')", "names no bridge 'nope'"), ValueError),

@@ -1,4 +1,5 @@
-"""The fp8 meter's per-token pass as one compiled CPU kernel.
+"""Compiled CPU kernels of the vLLM plugin: the fp8 meter's per-token pass, and the check of
+the bytes an engine stored.
 
 The torch meter (:mod:`witcert_kernels.meter`) dequantizes every visible key of an fp8 cache
 to float64, looks up each element's format witness into a second float64 tensor, and then
@@ -10,16 +11,22 @@ to the summation order, which its margin covers), from two 256-entry tables per 
 codes' exact values times the layer's scale, and their witnesses
 (:func:`witcert_calculus.meters.formats.witness_table`).
 
-It is C++ (``csrc/fp8_meter.cpp``) built with the system compiler through torch's extension
-tools on first use, into a folder named after the source's hash and torch's version (one
-build per machine and environment; ``WITCERT_KERNEL_DIR`` moves it). A build or load that
-fails raises :class:`~witcert_calculus.errors.KernelBuildError`.
+The check of a write (:func:`mismatched_elements`) compares, bit for bit, the elements an
+engine's caches hold at given positions with the elements expected there, every layer in
+one call, reading the caches in place.
+
+Both are C++ (``csrc/fp8_meter.cpp``, ``csrc/stored_check.cpp``: one extension) built with
+the system compiler through torch's extension tools on first use, into a folder named after
+the sources' hash and torch's version (one build per machine and environment;
+``WITCERT_KERNEL_DIR`` moves it). A build or load that fails raises
+:class:`~witcert_calculus.errors.KernelBuildError`.
 
 Main declarations:
 
 - :class:`Fp8Codes`: the stored bytes of the visible keys with their two tables.
 - :func:`fp8_codes`: the tables of a cache format and per-layer scales.
 - :func:`fp8_logits_and_bound`: the logits and the established bound of a group of rows.
+- :func:`mismatched_elements`: per layer, the stored elements that differ from the expected.
 """
 
 from __future__ import annotations
@@ -48,9 +55,10 @@ from witcert_calculus.meters.witness import _establish  # pyright: ignore[report
 from witcert_kernels.meter import _add_bounds  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.meter import _witness_table  # pyright: ignore[reportPrivateUsage]
 
-__all__ = ["Fp8Codes", "fp8_codes", "fp8_logits_and_bound", "load"]
+__all__ = ["Fp8Codes", "fp8_codes", "fp8_logits_and_bound", "load", "mismatched_elements"]
 
-_SOURCE: Final = Path(__file__).with_name("csrc") / "fp8_meter.cpp"
+_SOURCES: Final = tuple(Path(__file__).with_name("csrc") / f
+                        for f in ("fp8_meter.cpp", "stored_check.cpp"))
 _F64: Final = torch.float64
 _FP8_DTYPE: Final = {Fp8Format.E4M3: torch.float8_e4m3fn, Fp8Format.E5M2: torch.float8_e5m2}
 
@@ -64,20 +72,20 @@ def load() -> None:
     """
     from torch.utils import cpp_extension  # noqa: PLC0415 - only when the kernel is used
 
-    text = _SOURCE.read_bytes()
+    text = b"".join(s.read_bytes() for s in _SOURCES)
     tag = re.sub(r"[^0-9A-Za-z]", "_", torch.__version__)
-    name = f"witcert_fp8_meter_{hashlib.sha256(text).hexdigest()[:12]}_{tag}"
+    name = f"witcert_fused_{hashlib.sha256(text).hexdigest()[:12]}_{tag}"
     root = Path(os.environ.get("WITCERT_KERNEL_DIR",
                                Path.home() / ".cache" / "witcert" / "kernels"))
     build = root / name
     try:
         build.mkdir(parents=True, exist_ok=True)
         cpp_extension.load(  # pyright: ignore[reportUnknownMemberType]
-            name=name, sources=[str(_SOURCE)], build_directory=str(build),
+            name=name, sources=[str(s) for s in _SOURCES], build_directory=str(build),
             extra_cflags=["-O3"], is_python_module=False, verbose=False)
     except (OSError, RuntimeError, ImportError, subprocess.SubprocessError) as exc:
         lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-        raise KernelBuildError("fp8_meter", " | ".join(lines[-3:])[:400] or
+        raise KernelBuildError("witcert_fused", " | ".join(lines[-3:])[:400] or
                                type(exc).__name__) from exc
 
 
@@ -179,3 +187,38 @@ def fp8_logits_and_bound(query: torch.Tensor, side: Fp8Codes, requests: torch.Te
                        add=_add_bounds, checks=((BOX_PREMISE, (side.witnesses >= 0).all()),))
     return logits.view(n, h, g, qn, width), bound
 
+
+
+def mismatched_elements(caches: Sequence[torch.Tensor], start: torch.Tensor,
+                        channels: torch.Tensor, expected: Sequence[torch.Tensor]
+                        ) -> torch.Tensor:
+    """Per layer, how many elements of its cache at ``start[..., None] + channels`` differ,
+    bit for bit, from ``expected`` (0: the cache holds exactly what was expected).
+
+    Args:
+        caches: per layer, the cache (contiguous; one shape and element size).
+        start: ``[...]`` int64 positions in every layer's flattened cache (as
+            :func:`~witcert_adapters.vllm_plugin.paged.element_offsets` gives them);
+            ``channels``: ``[d]`` int64 offsets from each.
+        expected: per layer, its expected elements ``[..., d]``, of the caches' element
+            size.
+
+    Returns:
+        ``[L]`` int64 counts of differing elements.
+
+    Raises:
+        KernelBuildError: the kernel cannot be built; InvalidValueError: shapes, element
+            sizes or positions that do not fit the caches (named by the kernel's message).
+    """
+    load()
+    flat = [c.view(-1) if c.is_contiguous() else c for c in caches]
+    try:
+        out: torch.Tensor = torch.ops.witcert_fused.mismatched_elements(
+            flat, start.contiguous(), channels.contiguous(), [e.contiguous() for e in expected])
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        shapes = [f"{tuple(e.shape)} {e.dtype}" for e in expected[:2]]
+        raise InvalidValueError("expected", ", ".join(shapes) + (" ..." if len(expected) > 2
+                                                                 else ""),
+                                f"does not fit the caches: {first}") from exc
+    return out

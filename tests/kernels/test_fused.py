@@ -6,6 +6,8 @@ bound of every (row, visible token). Checked here: against the torch path it rep
 looked-up witnesses) over random caches in both of vLLM's CPU layouts, both fp8 formats,
 every GQA grouping and ragged visibility; never below the exact rational bound; saturating
 where the writer clamps; refusing positions outside the caches and a build that fails.
+The compiled check of writes (``mismatched_elements``) against the torch gather it replaces:
+every planted difference counted, in every layer, layout and element size.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.meters.formats import Fp8Format, Rounding
 from witcert_calculus.meters.witness import is_established
 from witcert_calculus.numerics.rounding import logit_margin
-from witcert_kernels.fused import fp8_codes, fp8_logits_and_bound
+from witcert_kernels.fused import fp8_codes, fp8_logits_and_bound, mismatched_elements
 from witcert_kernels.meter import format_logit_bound, format_witness
 
 BS = 32
@@ -207,4 +209,54 @@ def test_a_kernel_that_cannot_be_built_is_a_typed_error(tmp_path: Path) -> None:
     env = {**os.environ, "CXX": "false", "WITCERT_KERNEL_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=300, check=True)
-    assert "refused: kernel 'fp8_meter' cannot be built" in out.stdout, out.stdout + out.stderr
+    assert "refused: kernel 'witcert_fused' cannot be built" in out.stdout, out.stdout + out.stderr
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2 ** 16), layers=st.integers(1, 4), kvh=st.integers(1, 3),
+       rows=st.integers(1, 9), part=st.integers(0, 1), layout=st.sampled_from(list(CacheLayout)),
+       dtype=st.sampled_from([torch.uint8, torch.bfloat16, torch.float16, torch.float32]),
+       plants=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 8), st.integers(0, 2),
+                                 st.integers(0, 15)), max_size=6))
+def test_the_compiled_write_check_counts_every_difference(
+        seed: int, layers: int, kvh: int, rows: int, part: int, layout: CacheLayout,
+        dtype: torch.dtype, plants: list[tuple[int, int, int, int]]) -> None:
+    """Expected = what the torch gather reads, with planted bit flips: the kernel counts,
+    per layer, exactly the elements the torch comparison of bits finds different."""
+    d, blocks = 16, 3
+    gen = torch.Generator().manual_seed(seed)
+    size = blocks * kvh * BS * 2 * d  # elements of one layer, views into one buffer
+    raw = torch.randint(0, 256, ((layers * size + 3) * dtype.itemsize,), generator=gen,
+                        dtype=torch.uint8)
+    buffer = raw.view(dtype)
+    caches = [buffer[3 + i * size:3 + (i + 1) * size].view(blocks, kvh, BS, 2 * d)
+              for i in range(layers)]
+    slots = torch.randperm(blocks * BS, generator=gen)[:rows].unsqueeze(0)
+    written = slots[0]
+    offsets = element_offsets(caches, written, layout=layout, part=part)
+    assert offsets is not None
+    stored = stored_elements(caches, written, layout=layout, part=part)
+    want = [x.clone() for x in stored.unbind(0)]
+    for layer, row, head, channel in plants:
+        if layer < layers and row < rows and head < kvh and channel < int(want[0].shape[-1]):
+            bits = want[layer].view(torch.uint8 if dtype == torch.uint8 else
+                                    {2: torch.int16, 4: torch.int32}[dtype.itemsize])
+            bits[row, head, channel] ^= 1
+    truth = torch.tensor([int((a.view(torch.uint8) != b.view(torch.uint8))
+                              .view(*a.shape, -1).any(dim=-1).sum()) for a, b in
+                          zip(stored.unbind(0), want, strict=True)])
+    assert torch.equal(mismatched_elements(caches, *offsets, want), truth)
+
+
+def test_the_compiled_write_check_refuses_what_does_not_fit() -> None:
+    caches, slots, _ = _case(3, layers=2, kvh=1, d=8, rows=1, width=3)
+    start, channels = element_offsets(caches, slots[0], layout=CacheLayout.VEC) or (None, None)
+    assert start is not None and channels is not None
+    good = [torch.zeros(3, 1, 8, dtype=torch.uint8)] * 2
+    assert mismatched_elements(caches, start, channels, good).shape == (2,)
+    with pytest.raises(InvalidValueError, match="expected"):
+        mismatched_elements(caches, start, channels, good[:1])  # one layer missing
+    with pytest.raises(InvalidValueError, match="expected"):
+        mismatched_elements(caches, start, channels, [g.to(torch.int16) for g in good])
+    with pytest.raises(InvalidValueError, match="outside the cache"):
+        mismatched_elements(caches, start + caches[0].numel(), channels, good)

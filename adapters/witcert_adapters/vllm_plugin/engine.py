@@ -58,7 +58,7 @@ from witcert_calculus.errors import EngineMismatchError, InvalidValueError, Witc
 from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.meters.tv_forms import TVBasis
 from witcert_calculus.meters.witness import RopeLayout
-from witcert_kernels.fused import fp8_codes
+from witcert_kernels.fused import fp8_codes, mismatched_elements
 from witcert_kernels.fused import load as load_fused
 from witcert_kernels.meter import format_witness
 
@@ -188,8 +188,7 @@ class Monitor:
             raise EngineMismatchError("kv_cache_dtype", self.kv_cache_dtype, impl.kv_cache_dtype)
         self.fmt = fmt
         self.kv_cache_dtype = impl.kv_cache_dtype
-        if fmt.fp8 is not None and self._format_witness:
-            load_fused()  # the compiled fp8 pass: a build that fails refuses at start-up
+        load_fused()  # the compiled check of writes (and fp8 pass): a failed build refuses
         shape = (int(impl.num_heads), float(impl.scale))
         if self.n_layers and shape != (self.num_heads, self.scale):
             raise EngineMismatchError("attention layers", f"heads and scale {shape}",
@@ -285,9 +284,8 @@ class Monitor:
                                           f"the cache's {kv_cache.dtype} (stored exactly) or "
                                           "band witnesses (bands >= 1)", str(key.dtype))
             self._model_dtype_writes = False
-        slots = slot_mapping.to(torch.int64)
         if self._slots is None:  # every layer of a step writes the same slots
-            self._slots = slots.clone()
+            self._slots = slot_mapping.to(torch.int64, copy=True)
         self._writes[layer] = (key[:n].clone(), value[:n].clone())
         self._caches[layer] = (kv_cache, k_scale, v_scale)
 
@@ -310,16 +308,22 @@ class Monitor:
         fp8 = self.fmt.fp8
         caches = [self._caches[i][0] for i in todo]
         for part, what in ((0, "key"), (1, "value")):
-            stored = stored_elements(caches, written, layout=self.layout, part=part)
             if fp8 is None:
-                expected = torch.stack([self._writes[i][part] for i in todo])
-                expected = (expected if every else expected[:, ok]).to(caches[0].dtype)
+                want = [(self._writes[i][part] if every else self._writes[i][part][ok])
+                        .to(caches[0].dtype) for i in todo]
             else:
-                xs = [self._writes[i][part][ok] for i in todo]
                 scales = [self._caches[i][1] if part == 0 else self._caches[i][2] for i in todo]
-                expected = torch.stack([engine_codes(x, scale=sc, fmt=fp8)
-                                        for sc, x in zip(scales, xs, strict=True)])
-            if bool((bits(stored) == bits(expected)).all()):
+                want = [engine_codes(self._writes[i][part][ok], scale=sc, fmt=fp8)
+                        for sc, i in zip(scales, todo, strict=True)]
+            # every layer compared in place, in one compiled call (the torch gather below
+            # only names a difference, or reads caches that are not one contiguous shape)
+            offsets = element_offsets(caches, written, layout=self.layout, part=part)
+            if offsets is not None and not bool(
+                    mismatched_elements(caches, *offsets, want).any()):
+                continue
+            stored = stored_elements(caches, written, layout=self.layout, part=part)
+            expected = torch.stack(want)
+            if offsets is None and bool((bits(stored) == bits(expected)).all()):
                 continue
             for k, layer in enumerate(todo):
                 try:
@@ -448,9 +452,13 @@ class Monitor:
             values = dequantize(raw_v, fmt=self.fmt, scales=[self._caches[layer][2]])[0]
         return KeySide(keys, witnesses, bounds, exact, exactly, codes), values
 
-    def _queries(self, layers: list[int], step: StepLayout) -> torch.Tensor:
-        return torch.stack([self._reads[i].reshape(step.rows, self.num_heads, -1)
-                            for i in layers])
+    def _queries(self, layers: list[int], step: StepLayout, side: KeySide | None = None
+                 ) -> torch.Tensor:
+        # [L, rows, heads, d]; their shape alone where the meter reads no query value
+        reads = [self._reads[i].reshape(step.rows, self.num_heads, -1) for i in layers]
+        if side is not None and not side.reads_queries:
+            return torch.zeros((), dtype=reads[0].dtype).expand(len(layers), *reads[0].shape)
+        return torch.stack(reads)
 
     def _meter(self, layer: int, step: StepLayout, side: KeySide, groups: list[RowGroup], *,
                keep: bool = False) -> LayerMeter:
@@ -527,14 +535,14 @@ class Monitor:
             if written:
                 self._put_witnesses(written, step.rows)
             metered = [i for i in read if i in self._caches]
-            layers = [m for chunk in self._chunks(metered, step)
-                      for m in meter_layers(step, queries=self._queries(chunk, step),
-                                            side=self._side(chunk, step)[0],
-                                            kv_heads=int(self._caches[chunk[0]][0].shape[1]),
-                                            scale=self.scale,
-                                            layout=self.rope or RopeLayout.HALF_SPLIT,
-                                            form=self.config.form, groups=st.groups,
-                                            tau=self.config.tau)]
+            layers: list[LayerMeter] = []
+            for chunk in self._chunks(metered, step):
+                side = self._side(chunk, step)[0]
+                layers += meter_layers(step, queries=self._queries(chunk, step, side), side=side,
+                                       kv_heads=int(self._caches[chunk[0]][0].shape[1]),
+                                       scale=self.scale, layout=self.rope or RopeLayout.HALF_SPLIT,
+                                       form=self.config.form, groups=st.groups,
+                                       tau=self.config.tau)
             meters = {i: m.meter for i, m in zip(metered, layers, strict=True)}
             trues = {i: m.true_tv for i, m in zip(metered, layers, strict=True)}
             tanhs = {i: m.by_tanh for i, m in zip(metered, layers, strict=True)}

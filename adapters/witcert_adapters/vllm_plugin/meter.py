@@ -122,6 +122,12 @@ class KeySide:
         """Whether the stored keys can be read (as float64 keys or as fp8 codes)."""
         return self.keys is not None or self.codes is not None
 
+    @property
+    def reads_queries(self) -> bool:
+        """Whether the meter reads the queries' values: not for keys stored exactly without
+        keys to meet them (every bound is 0 whatever the query: only its shape is read)."""
+        return self.stored_exactly is None or self.has_keys
+
 
 @final
 @dataclass(frozen=True, slots=True)
@@ -373,7 +379,10 @@ def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_he
     for group in (row_groups(step) if groups is None else groups):
         req, idx = group.requests, group.rows
         n, qn = (int(x) for x in idx.shape)
-        q = queries[idx].to(_F64).view(n, qn, kv_heads, grp, dim).permute(0, 2, 3, 1, 4)
+        if side.reads_queries:
+            q = queries[idx].to(_F64).view(n, qn, kv_heads, grp, dim).permute(0, 2, 3, 1, 4)
+        else:  # the shape alone (no copy)
+            q = torch.zeros((), dtype=_F64).expand(n, kv_heads, grp, qn, dim)
         mask = step.visible[req].unsqueeze(1) & \
             (j.view(1, 1, width) <= step.row_position[idx].unsqueeze(-1))  # [N, Q, S]
         fused_logits = fused = None
