@@ -188,7 +188,6 @@ def fp8_logits_and_bound(query: torch.Tensor, side: Fp8Codes, requests: torch.Te
     return logits.view(n, h, g, qn, width), bound
 
 
-
 def mismatched_elements(caches: Sequence[torch.Tensor], start: torch.Tensor,
                         channels: torch.Tensor, expected: Sequence[torch.Tensor]
                         ) -> torch.Tensor:

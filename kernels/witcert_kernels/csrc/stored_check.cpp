@@ -12,10 +12,9 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
-#include <vector>
 
 namespace {
 
