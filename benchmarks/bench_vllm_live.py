@@ -37,6 +37,7 @@ import argparse
 import json
 import multiprocessing
 import statistics
+import subprocess
 import tempfile
 import threading
 from pathlib import Path
@@ -104,7 +105,7 @@ def measure(args: argparse.Namespace, tmp: Path, *, kv: str, mode: str, prompt: 
                        "--max-num-seqs", str(max(seqs)), "--max-num-batched-tokens",
                        str(max(2048, longest)), "--turns", str(board), "--turn", name,
                        "--next", mode if name == "off" else "off"])
-        except RuntimeError as exc:
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
             records[name] = exc
             board.write_text("stopped")
 

@@ -77,18 +77,19 @@ from witcert_calculus.contracts import _reading  # pyright: ignore[reportPrivate
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.ledger import RiskLedger
-from witcert_calculus.meters.tv_forms import TVBasis, TVBatch
+from witcert_calculus.meters.tv_forms import TVBasis
 from witcert_calculus.meters.witness import LogitBound
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.numerics.probability import Probability
 from witcert_calculus.numerics.validation import positive_int
 from witcert_kernels.dither import tier_b_logit_bound
 from witcert_kernels.meter import (
+    TVMeter,
     l2_norm,
     l2_norm_upper,
     logit_bound,
     output_error_bound,
-    tv_bounds_batch,
+    tv_meter_batch,
 )
 
 __all__ = ["Probe", "attach"]
@@ -378,8 +379,8 @@ class Probe:
             c = c + extra
         # causal rows: row i sees start + i + 1 tokens; the first one sees one (TV exactly 0)
         visible = torch.arange(start + 1, start + q_len + 1)
-        bounds = tv_bounds_batch(p_tilde, c, check=False,  # validated once per run by the gate
-                                 visible=visible)
+        bounds = tv_meter_batch(p_tilde, c, check=False,  # validated once per run by the gate
+                                visible=visible)
         if tier_b:
             self._tier_b(logs, queries, c_parts, p_tilde, kvs, join, start, scale, heads)
         p64 = p_tilde.to(torch.float64)
@@ -422,7 +423,7 @@ class Probe:
         exact = kvs["exact"].unsqueeze(4)  # [G, 1, kv, 1, 1, d]
         visible = torch.arange(start + 1, start + q_len + 1)  # S_row, the union bound's S
 
-        def meter(delta_loc: float) -> tuple[LogitBound[torch.Tensor], TVBatch[torch.Tensor]]:
+        def meter(delta_loc: float) -> tuple[LogitBound[torch.Tensor], TVMeter]:
             parts = [c_parts[i] if part.slot != 0  # not dithered: its deterministic Tier-A part
                      else tier_b_logit_bound(queries[i], scales, cast, scale=scale,
                                              delta_loc=delta_loc, visible=visible, exact=exact)
@@ -430,7 +431,7 @@ class Probe:
             cb = parts[0]
             for extra in parts[1:]:
                 cb = cb + extra
-            return cb, tv_bounds_batch(p_tilde, cb, check=False, visible=visible)
+            return cb, tv_meter_batch(p_tilde, cb, check=False, visible=visible)
 
         cb, tb = meter(dloc)
         fixed: tuple[torch.Tensor | None, ...] = (None,) * len(logs) if self._fixed is None \

@@ -51,6 +51,7 @@ Main declarations
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -219,6 +220,22 @@ def l2_norm(x: torch.Tensor) -> torch.Tensor:
     return torch.sqrt((x * x).sum(dim=-1))
 
 
+def _band_dot(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``out[..., s] = sum_b q[..., b] * w[..., s, b]``, leading dimensions broadcast, as one
+    batched matrix product: the leading dimensions where ``w`` has size 1 (the query rows and
+    query heads of a GQA group) become its columns, so ``w`` is never copied per row. The
+    sum's order is the library's, which :func:`~witcert_calculus.numerics.rounding.logit_margin`
+    covers (any order)."""
+    lead = np.broadcast_shapes(tuple(q.shape[:-1]), tuple(w.shape[:-2]))
+    n = len(lead)
+    w_lead = (1,) * (n - (w.dim() - 2)) + tuple(w.shape[:-2])
+    names = "acdefghijklmnopqrtuvwxyz"[:n]
+    shared = [i for i in range(n) if w_lead[i] != 1]
+    w_sub = "".join(names[i] for i in shared) + "sb"
+    w_kept = w.reshape(*(w_lead[i] for i in shared), *w.shape[-2:])
+    return torch.einsum(f"{w_sub},{names}b->{names}s", w_kept, q.expand(*lead, q.shape[-1]))
+
+
 def round_up_f32(x: torch.Tensor) -> torch.Tensor:
     """Store a nonnegative float64 tensor in float32, rounding every entry upward.
 
@@ -288,15 +305,19 @@ def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
     sc = real("scale", scale, lo=0.0, lo_open=True)
     nb = int(witness.shape[-1])
     q_bands = query if layout is None else band_norms(query, bands=nb, layout=layout)
-    qb = q_bands.to(_F64).unsqueeze(-2)
+    qb = q_bands.to(_F64)
     w = witness.to(_F64)
-    prod = qb * w
-    # inf * 0 (an overflowed witness, an exactly zero band): the exact product is 0; any other
-    # NaN (a NaN witness or query) stays NaN, so the bound cannot certify
-    prod = torch.where(torch.isnan(prod) & (qb == 0) & torch.isinf(w), 0.0, prod)
+    # inf * 0 (an overflowed witness, an exactly zero band): the exact product is 0, so the
+    # products run over the finite witnesses and a token whose overflowed witness meets a
+    # nonzero band is inf; any NaN (a NaN witness or query) stays NaN, so the bound cannot
+    # certify
+    overflowed = torch.isinf(w)
+    raw = _band_dot(qb, torch.where(overflowed, 0.0, w))
+    hit = _band_dot((qb != 0).to(_F64), overflowed.to(_F64)) > 0
+    raw = torch.where(hit, raw + math.inf, raw)
     margin = logit_margin(nb, scale=sc)
-    exact = (w == 0).all(dim=-1) | (qb == 0).all(dim=-1)
-    values = outward(prod.sum(dim=-1) * sc, gamma=margin.gamma, alpha=margin.alpha, exact=exact)
+    exact = (w == 0).all(dim=-1) | (qb == 0).all(dim=-1, keepdim=True)
+    values = outward(raw * sc, gamma=margin.gamma, alpha=margin.alpha, exact=exact)
     if layout is None:
         return values
     evidence = _tier_a_evidence(scale=sc, bands=nb, query_bands=int(qb.shape[-1]),
@@ -439,8 +460,9 @@ def _add_bounds(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- TV forms
-# Line by line the log-domain cores of witcert_calculus.meters.tv_forms, without host syncs:
-# both branches are computed and selected per row.
+# Line by line the log-domain cores of witcert_calculus.meters.tv_forms, without host syncs on
+# a device: both branches are computed there and selected per row. On the host, where reading
+# a tensor costs nothing, the log-sum-exp branch is computed only when some row takes it.
 
 def _lse(logs: torch.Tensor) -> torch.Tensor:
     m = logs.amax(dim=-1)
@@ -454,18 +476,27 @@ def _log_p(p: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     return torch.where(pos, torch.log(torch.where(pos, p, 1.0)), float("-inf"))
 
 
+def _select(direct: torch.Tensor, small: torch.Tensor, logs: Callable[[], torch.Tensor]
+            ) -> torch.Tensor:
+    # log1p(sum) where ``direct`` (per row), else the log-sum-exp of logs() (its terms made
+    # only when some row needs them, or always on a device: no host sync).
+    if direct.device.type == "cpu" and bool(direct.all()):
+        return small
+    return torch.where(direct, small, _lse(logs()))
+
+
 def _log_a_plus(p: torch.Tensor, c: torch.Tensor, pos: torch.Tensor,
-                log_p: torch.Tensor) -> torch.Tensor:
+                log_p: Callable[[], torch.Tensor]) -> torch.Tensor:
     b = torch.where(pos, p * torch.expm1(c), 0.0).sum(dim=-1)
-    logs = torch.where(pos, log_p + c, float("-inf"))
-    return torch.where(torch.isfinite(b), torch.log1p(b), _lse(logs))
+    return _select(torch.isfinite(b), torch.log1p(b),
+                   lambda: torch.where(pos, log_p() + c, float("-inf")))
 
 
 def _log_a_minus(p: torch.Tensor, c: torch.Tensor, pos: torch.Tensor,
-                 log_p: torch.Tensor) -> torch.Tensor:
+                 log_p: Callable[[], torch.Tensor]) -> torch.Tensor:
     b = torch.where(pos, p * torch.expm1(-c), 0.0).sum(dim=-1)
-    logs = torch.where(pos, log_p - c, float("-inf"))
-    return torch.where(b > -0.5, torch.log1p(b), _lse(logs))
+    return _select(b > -0.5, torch.log1p(b),
+                   lambda: torch.where(pos, log_p() - c, float("-inf")))
 
 
 def _eform_raw(log_a: torch.Tensor) -> torch.Tensor:
@@ -635,7 +666,10 @@ def _meter_core(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tenso
               ("c_t >= 0 for every token t, not NaN (inf allowed)", (cc >= 0).all()))
     p = p / total
     pos = p > 0
-    log_p = _log_p(p, pos)
+
+    def log_p() -> torch.Tensor:
+        return _log_p(p, pos)
+
     la = _log_a_plus(p, cc, pos, log_p)
     lm = _log_a_minus(p, cc, pos, log_p)
     cmax = torch.where(torch.isfinite(cc), cc, 0.0).amax(dim=-1)

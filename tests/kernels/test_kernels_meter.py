@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -414,3 +416,28 @@ def test_a_nan_witness_or_query_never_yields_a_small_bound() -> None:
     cn = logit_bound(qn, torch.tensor([[0.5, 0.5]], dtype=torch.float64), scale=0.5,
                      layout=RopeLayout.INTERLEAVED).values
     assert bool(torch.isnan(cn[0]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 4), st.integers(1, 3),
+       st.integers(1, 9), st.integers(0, 2**31 - 1))
+def test_the_batched_logit_bound_is_the_per_row_bound(layers: int, kv: int, group: int,
+                                                      rows: int, tokens: int, seed: int) -> None:
+    """Queries stacked [layers, kv heads, group, rows, d] against witnesses shared by a kv
+    head's group and rows [layers, kv, 1, 1, S, bands] (one batched product, the witness never
+    copied per row): every row's bound equals the numpy bound of that row alone, to the ulps
+    the sums' order allows, with overflowed witnesses and zero query bands placed at random."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(layers, kv, group, rows, 16, generator=g)
+    q[..., :4] *= (torch.rand(layers, kv, group, rows, 1, generator=g) < 0.7)  # zero bands
+    w = torch.rand(layers, kv, 1, 1, tokens, 4, generator=g, dtype=torch.float64)
+    w[torch.rand(w.shape, generator=g) < 0.05] = float("inf")
+    c = logit_bound(q, w, scale=0.25, layout=RopeLayout.HALF_SPLIT).values
+    assert tuple(c.shape) == (layers, kv, group, rows, tokens)
+    for i in itertools.product(range(layers), range(kv), range(group), range(rows)):
+        one = witness.logit_bound(q[i].double().numpy(), w[i[:2]][0, 0].numpy(), scale=0.25,
+                                  layout=RopeLayout.HALF_SPLIT).values
+        got = c[i].numpy()
+        assert np.array_equal(np.isinf(got), np.isinf(one))
+        fin = np.isfinite(one)
+        assert np.allclose(got[fin], one[fin], rtol=1e-15, atol=0)

@@ -111,7 +111,9 @@ def _stepped(llm: Any, b: int, prompt_tokens: int, params: Any, repeat: int, *,
     board, mine, other = turns
     for rep in range(repeat + 1):
         deadline = time.monotonic() + 3600.0
-        while board is not None and board.read_text().strip() != mine:
+        while board is not None and (turn := board.read_text().strip()) != mine:
+            if turn == "stopped":
+                raise SystemExit(f"--turns: the other engine ({other!r}) stopped")
             if time.monotonic() > deadline:
                 raise SystemExit(f"--turns: no turn for {mine!r} in an hour (the other engine "
                                  "stopped?)")
