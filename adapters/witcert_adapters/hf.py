@@ -68,7 +68,13 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from witcert_adapters.architectures import spec_for
-from witcert_adapters.layer_log import AuditStep, LayerLog, ReadStep, TierBStep, concat
+from witcert_adapters.layer_log import (
+    AuditStep,
+    LayerLog,
+    ReadStep,
+    TierBStep,
+    concat,
+)
 from witcert_adapters.live_run import LiveRun, TierBEvent
 from witcert_adapters.runs import ProbePath, Site
 from witcert_adapters.schemes import get_scheme
@@ -121,6 +127,62 @@ class _Call:
     queries: tuple[torch.Tensor, ...]
     start: int
     p_tilde: torch.Tensor
+
+
+@final
+class _Stack:
+    # One per-token field of a group of layers' write records (witnesses, value norms, block
+    # scales, ...), stacked [G, B, Hkv, S, ...] in a buffer that grows by doubling: a meter
+    # copies only the write steps recorded since the previous one, not the whole history.
+    # What is held is reused only while every layer's log has the same revision (no step
+    # replaced, e.g. by a repair) and still holds each layer's last copied step where it was.
+    __slots__ = ("buf", "tokens", "last", "revisions")
+
+    def __init__(self) -> None:
+        self.buf: torch.Tensor | None = None
+        self.tokens = 0
+        self.last: list[torch.Tensor] = []  # each layer's last step held
+        self.revisions: tuple[int, ...] = ()
+
+    def stacked(self, rows: list[list[torch.Tensor]], dtype: torch.dtype | None, *,
+                revisions: tuple[int, ...]) -> torch.Tensor:
+        """``rows[g]``: layer g's step tensors ``[B, Hkv, T, ...]`` in write order, stacked in
+        ``dtype`` (``None``: as recorded); ``revisions``: the layers' log revisions."""
+        dtype = dtype or rows[0][0].dtype
+        if len({len(r) for r in rows}) != 1:  # layers with different histories: no reuse
+            self.buf, self.tokens, self.last = None, 0, []
+            return torch.stack([concat(r, dim=2) for r in rows]).to(dtype)
+        n = self._held(rows) if revisions == self.revisions else None
+        if n is None:
+            self.buf, self.tokens, n = None, 0, 0
+        self.revisions = revisions
+        if n < len(rows[0]):
+            add = torch.stack([concat(r[n:], dim=2) for r in rows]).to(dtype)
+            if self.buf is not None and (self.buf.shape[:3] != add.shape[:3]
+                                         or self.buf.shape[4:] != add.shape[4:]):
+                self.buf, self.tokens = None, 0
+                add = torch.stack([concat(r, dim=2) for r in rows]).to(dtype)
+            need = self.tokens + int(add.shape[3])
+            if self.buf is None or int(self.buf.shape[3]) < need:
+                cap = max(need, 2 * (0 if self.buf is None else int(self.buf.shape[3])))
+                grown = add.new_empty((*add.shape[:3], cap, *add.shape[4:]))
+                if self.buf is not None:
+                    grown[:, :, :, :self.tokens] = self.buf[:, :, :, :self.tokens]
+                self.buf = grown
+            self.buf[:, :, :, self.tokens:need] = add
+            self.tokens = need
+            self.last = [r[-1] for r in rows]
+        assert self.buf is not None
+        return self.buf[:, :, :, :self.tokens]
+
+    def _held(self, rows: list[list[torch.Tensor]]) -> int | None:
+        # Steps already in the buffer: each layer's last held step found at the same index
+        # (else None: these are not the records held).
+        if self.buf is None or len(rows) != len(self.last):
+            return None
+        found = {next((i + 1 for i in range(len(r) - 1, -1, -1) if r[i] is last), None)
+                 for r, last in zip(rows, self.last, strict=True)}
+        return None if None in found or len(found) != 1 else found.pop()
 
 
 def _float_down(delta: Probability, parts: int) -> float:
@@ -176,6 +238,7 @@ class Probe:
         self.cache: WitnessCache | None = None
         self._pending: dict[int, tuple[tuple[torch.Tensor, ...], int]] = {}
         self._stash: list[_Call] = []
+        self._stacks: dict[tuple[tuple[int, ...], str], _Stack] = {}
         self._handles: list[RemovableHandle] = []
         self.attention = self._find_attention(model)
         self.ledger = ledger
@@ -233,6 +296,7 @@ class Probe:
         self.cache = cache
         self._pending.clear()
         self._stash = []
+        self._stacks = {}
         self._events = []
         return cache
 
@@ -343,16 +407,25 @@ class Probe:
         scale, start = first.scale, first.start
         dense = self.spec.value_slot is not None
         tier_b = self.tier_b and self._event_delta is not None and bool(logs[0].dither_scales)
-        # the kv-head side, stacked [G, B, Hkv, S, ...]
+        # the kv-head side, stacked [G, B, Hkv, S, ...] (float64 where the meter reads float64)
+        layers = tuple(call.layer for call in calls)
+        revisions = tuple(log.revision for log in logs)
+
+        def stacked(field: str, dtype: torch.dtype | None, part: int | None = None
+                    ) -> torch.Tensor:  # a WriteStep field (witnesses: of one logit part)
+            rows = [[s.witnesses[part] for s in log.written] if part is not None
+                    else log.recorded(field) for log in logs]
+            return self._stacks.setdefault((layers, f"{field}{part}"), _Stack()).stacked(
+                rows, dtype, revisions=revisions)
+
         kv_side: dict[str, torch.Tensor] = {
-            f"w{i}": torch.stack([log.witnesses(i) for log in logs])
-            for i in range(len(self.spec.parts))}
+            f"w{i}": stacked("witnesses", torch.float64, i) for i in range(len(self.spec.parts))}
         if dense:
-            res, norm = zip(*(log.value_residuals() for log in logs), strict=True)
-            kv_side["rho"], kv_side["vnorm"] = torch.stack(res), torch.stack(norm)
+            kv_side["rho"] = stacked("value_res", torch.float64)
+            kv_side["vnorm"] = stacked("value_norm", torch.float64)
         if tier_b:
-            kv_side["scales"] = torch.stack([concat(log.dither_scales, dim=2) for log in logs])
-            kv_side["cast"] = torch.stack([concat(log.dither_cast, dim=2) for log in logs])
+            kv_side["scales"] = stacked("dither_scales", None)
+            kv_side["cast"] = stacked("dither_cast", None)
             masks = [log.dither_exact for log in logs]
             assert all(m is not None for m in masks), "a dithered write records its exact channels"
             kv_side["exact"] = torch.stack([m for m in masks if m is not None]).unsqueeze(1)

@@ -182,6 +182,8 @@ class LayerLog:
         pair_energy: the running pair energy ``[Hkv, d/2]`` of every key written (to measure
             how stable the fixed choice is); ``None`` without outlier pairs.
         index_bytes: the stored outlier pair indices' bytes per kv head (one set per head).
+        revision: how many write steps were replaced (:meth:`replace_write`); appends do not
+            count.
     """
 
     written: list[WriteStep] = field(default_factory=_write_steps)
@@ -195,6 +197,7 @@ class LayerLog:
     dither_exact: torch.Tensor | None = None
     pair_energy: torch.Tensor | None = None
     index_bytes: float = 0.0
+    revision: int = 0
 
     @property
     def writes(self) -> int:
@@ -209,6 +212,12 @@ class LayerLog:
     def add_write(self, step: WriteStep) -> None:
         """Append one write call's records."""
         self.written.append(step)
+
+    def replace_write(self, index: int, step: WriteStep) -> None:
+        """Replace write step ``index`` (a repair's zeroed witnesses); bumps :attr:`revision`,
+        which tells a reader holding copies of earlier steps that they changed."""
+        self.written[index] = step
+        self.revision += 1
 
     def add_read(self, step: ReadStep, *, last_p: torch.Tensor, last_c: torch.Tensor) -> None:
         """Append one metered call and keep its final row's ``p_tilde`` and ``c``."""
@@ -246,21 +255,27 @@ class LayerLog:
         Raises:
             InvalidValueError: the layout has no value slot.
         """
-        res = [step.value_res for step in self.written if step.value_res is not None]
-        norm = [step.value_norm for step in self.written if step.value_norm is not None]
+        res, norm = self.recorded("value_res"), self.recorded("value_norm")
         if not res or not norm:
             raise InvalidValueError("value_slot", None, "no value residuals were recorded")
         return concat(res, dim=2), concat(norm, dim=2)
 
+    def recorded(self, field: str) -> list[torch.Tensor]:
+        """One :class:`WriteStep` field's tensors, one per write call that recorded it:
+        ``value_res`` / ``value_norm`` (``||v_hat - v||``, ``||v||`` per token, dense
+        memories), ``dither_scales`` (the dithered key store's float16 block scales) or
+        ``dither_cast`` (``||fl(x_hat) - x_hat||`` per token)."""
+        return [t for step in self.written if (t := getattr(step, field)) is not None]
+
     @property
     def dither_scales(self) -> list[torch.Tensor]:
         """The dithered key store's float16 block scales, one tensor per write call."""
-        return [step.dither_scales for step in self.written if step.dither_scales is not None]
+        return self.recorded("dither_scales")
 
     @property
     def dither_cast(self) -> list[torch.Tensor]:
         """``||fl(x_hat) - x_hat||`` per token, one tensor per write call."""
-        return [step.dither_cast for step in self.written if step.dither_cast is not None]
+        return self.recorded("dither_cast")
 
     def _store_record(self) -> KeyStoreRecord | None:
         # The dithered key store's measured bytes and the stability of its outlier pairs.

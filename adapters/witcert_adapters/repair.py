@@ -573,7 +573,8 @@ def _zero_witnesses(log: LayerLog, b: int, g: int, idx: torch.Tensor) -> None:
         if step.value_res is not None:
             res = step.value_res.clone()
             res[b, g, local] = 0.0
-        log.written[i] = replace(step, witnesses=tuple(wits), witness_full=full, value_res=res)
+        log.replace_write(i, replace(step, witnesses=tuple(wits), witness_full=full,
+                                     value_res=res))
 
 
 @final

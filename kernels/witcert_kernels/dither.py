@@ -500,7 +500,7 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
     mean = outward(sc * torch.einsum("...qn,...sn->...qs", tq.q_abs, s) * GRID_MEAN,
                    gamma=tq.mean_margin.gamma, alpha=tq.mean_margin.alpha, exact=zero)
     u = radius + mean
-    checks = [("every block scale is finite and >= 0", (torch.isfinite(s) & (s >= 0)).all()),
+    checks = [("every block scale is finite and >= 0", _finite_nonnegative(s)),
               ("visible[i] >= 1 for every query row i", (visible >= 1).all())]
     if cast is not None and tq.q_norm is not None:
         e = cast.to(_F64).unsqueeze(-2)  # [..., 1, S]
@@ -508,12 +508,18 @@ def tier_b_logit_bound(query: torch.Tensor, scales: torch.Tensor, cast: torch.Te
         term = outward(sc * tq.q_norm * e, gamma=cm.gamma, alpha=cm.alpha,
                        exact=(tq.q_norm == 0) | (e == 0))
         u = u + term
-        checks.append(("cast_t is finite and >= 0 for every token", (torch.isfinite(e) & (
-            e >= 0)).all()))
+        checks.append(("cast_t is finite and >= 0 for every token", _finite_nonnegative(e)))
     return _establish(u, evidence=_tier_b_query_evidence(tq, (STORED_ENCODING,)),
                       delta=Fraction(tq.delta_loc),
                       source="witcert_kernels.dither.tier_b_logit_bound", add=_add_bounds,
                       checks=tuple(checks))
+
+
+def _finite_nonnegative(x: torch.Tensor) -> torch.Tensor:
+    # Every entry finite and >= 0, as a 0-d boolean, from two reductions (NaN fails both).
+    if not x.numel():
+        return torch.ones((), dtype=torch.bool, device=x.device)
+    return (x.amin() >= 0) & (x.amax() < float("inf"))
 
 
 @final

@@ -312,19 +312,25 @@ def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
     # nonzero band is inf; any NaN (a NaN witness or query) stays NaN, so the bound cannot
     # certify
     overflowed = torch.isinf(w)
-    raw = _band_dot(qb, torch.where(overflowed, 0.0, w))
-    hit = _band_dot((qb != 0).to(_F64), overflowed.to(_F64)) > 0
-    raw = torch.where(hit, raw + math.inf, raw)
+    if w.device.type == "cpu" and not bool(overflowed.any()):  # the common case, on the host
+        raw = _band_dot(qb, w)
+    else:  # a device takes this path always (no host sync)
+        raw = _band_dot(qb, torch.where(overflowed, 0.0, w))
+        hit = _band_dot((qb != 0).to(_F64), overflowed.to(_F64)) > 0
+        raw = torch.where(hit, raw + math.inf, raw)
     margin = logit_margin(nb, scale=sc)
-    exact = (w == 0).all(dim=-1) | (qb == 0).all(dim=-1, keepdim=True)
+    # a token whose witnesses are all 0 is exact; as two reductions: max == 0 is "all 0" for
+    # w >= 0, the premise checked below (a witness below 0 refuses the bound; NaN is neither)
+    exact = (w.amax(dim=-1) == 0) | (qb == 0).all(dim=-1, keepdim=True)
     values = outward(raw * sc, gamma=margin.gamma, alpha=margin.alpha, exact=exact)
     if layout is None:
         return values
     evidence = _tier_a_evidence(scale=sc, bands=nb, query_bands=int(qb.shape[-1]),
                                 witness_ok=None)
+    nonnegative = w.amin() >= 0 if w.numel() else torch.ones((), dtype=torch.bool)
     return _establish(values, evidence=evidence, delta=Fraction(0),
                       source="witcert_kernels.meter.logit_bound", add=_add_bounds,
-                      checks=((_WITNESS_PREMISE, (w >= 0).all()),))
+                      checks=((_WITNESS_PREMISE, nonnegative),))
 
 
 @lru_cache(maxsize=64)
@@ -659,10 +665,12 @@ def _meter_core(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tenso
     if check and (bool(torch.isnan(cc).any()) or bool((cc < 0).any())):
         raise InvalidValueError("c", "tensor", "must be nonnegative and not NaN")
     total = p.sum(dim=-1, keepdim=True)
+    # p >= 0 (its minimum; NaN fails) with finite row sums: every entry finite
+    p_ok = (p.amin() >= 0) & (torch.isfinite(total) & (total > 0)).all() if p.numel() \
+        else (total > 0).all()
     checks: tuple[tuple[str, torch.Tensor], ...] = (
               ("p_tilde rows are finite and nonnegative with a positive sum (renormalized "
-               "here to probability vectors)",
-               torch.isfinite(p).all() & (p >= 0).all() & (total > 0).all()),
+               "here to probability vectors)", p_ok),
               ("c_t >= 0 for every token t, not NaN (inf allowed)", (cc >= 0).all()))
     p = p / total
     pos = p > 0
@@ -672,7 +680,9 @@ def _meter_core(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tenso
 
     la = _log_a_plus(p, cc, pos, log_p)
     lm = _log_a_minus(p, cc, pos, log_p)
-    cmax = torch.where(torch.isfinite(cc), cc, 0.0).amax(dim=-1)
+    cmax = cc.amax(dim=-1)  # the largest finite c_t (0 if none): on the host, the plain max
+    if cc.device.type != "cpu" or not bool((torch.isfinite(cmax) & (cmax >= 0)).all()):
+        cmax = torch.where(torch.isfinite(cc), cc, 0.0).amax(dim=-1)
     exact = cmax == 0  # c = 0 everywhere: A = A- = 1 exactly and the exact bound 0
     e, t, gamma, alpha = forms_from_logs(la, lm, cmax, tokens=int(p.shape[-1]), exact=exact)
     also: tuple[str, ...] = ()

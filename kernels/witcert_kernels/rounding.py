@@ -18,6 +18,11 @@ import torch
 __all__ = ["add_up", "outward"]
 
 
+def _inf(x: torch.Tensor) -> torch.Tensor:
+    # +inf as a 0-d tensor of x's dtype and device (nextafter's direction, broadcast).
+    return torch.full((), float("inf"), dtype=x.dtype, device=x.device)
+
+
 def outward(value: torch.Tensor, *, gamma: torch.Tensor | float, alpha: torch.Tensor | float,
             exact: torch.Tensor | None = None) -> torch.Tensor:
     """The rule: ``next_up(value * (1 + gamma) + alpha)``, except exact or non-finite entries.
@@ -39,7 +44,7 @@ def outward(value: torch.Tensor, *, gamma: torch.Tensor | float, alpha: torch.Te
         [1.0000000000000002, 0.0, inf]
     """
     raised = value * (1.0 + gamma) + alpha
-    up = torch.nextafter(raised, torch.full_like(raised, float("inf")))
+    up = torch.nextafter(raised, _inf(raised))
     keep = ~torch.isfinite(value)
     if exact is not None:
         keep = keep | exact
@@ -57,5 +62,5 @@ def add_up(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     s = a + b
     bv = s - a
     err = (a - (s - bv)) + (b - bv)
-    up = torch.nextafter(s, torch.full_like(s, float("inf")))
+    up = torch.nextafter(s, _inf(s))
     return torch.where(torch.isfinite(s) & (err > 0), up, s)

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -340,6 +342,42 @@ def test_batched_meter_matches_the_per_layer_path(family: str, scheme: str, ledg
     got = _probed(build, scheme, ledger=ledger, batched=True, monkeypatch=monkeypatch)
     assert got.records and (not ledger or "dither" not in scheme or got.tier_b_events)
     _same(got, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(1, 9), min_size=1, max_size=4),
+                          st.sampled_from(["append", "new", "uneven", "replace"])),
+                min_size=1, max_size=8),
+       st.integers(1, 3))
+def test_the_grown_stack_is_the_stacked_history(rounds: list[tuple[list[int], str]],
+                                                layers: int) -> None:
+    """The probe's stacked per-token records (grown in place, only new write steps copied)
+    are exactly every layer's steps concatenated and stacked: after appends, after records
+    that are not the ones held (a new history), with layers of different step counts, and
+    after an earlier step was replaced (a repair's zeroed witnesses: a new log revision)."""
+    from witcert_adapters.hf import _Stack  # pyright: ignore[reportPrivateUsage]
+    from witcert_adapters.layer_log import concat
+
+    g = torch.Generator().manual_seed(len(rounds))
+    stack = _Stack()
+    rows: list[list[Any]] = [[] for _ in range(layers)]
+    revision = 0
+    for sizes, kind in rounds:
+        if kind == "new":  # other records of the same shapes: nothing held may be reused
+            rows = [[] for _ in range(layers)]
+        if kind == "replace" and rows[0]:  # the first step of every layer zeroed in a copy
+            rows = [[torch.zeros_like(r[0])] + r[1:] for r in rows]
+            revision += 1
+        for t in sizes:
+            for r in rows:
+                r.append(torch.rand(2, 3, t, 4, generator=g, dtype=torch.float32))
+        if kind == "uneven" and layers > 1:  # layer 1: the same tokens in fewer steps
+            for r in rows:
+                r.append(torch.rand(2, 3, 1, 4, generator=g))
+            rows[1][-2:] = [torch.cat(rows[1][-2:], dim=2)]
+        got = stack.stacked(rows, torch.float64, revisions=(revision,) * layers)
+        want = torch.stack([concat(r, dim=2) for r in rows]).to(torch.float64)
+        assert got.dtype == torch.float64 and torch.equal(got, want)
 
 
 def test_a_deferred_write_check_fails_closed_with_the_value(monkeypatch: pytest.MonkeyPatch

@@ -214,10 +214,13 @@ def test_a_failed_device_check_in_any_layer_refuses_the_tier_b_event(
     # (which would lower the radius) must refuse the event, not slip past unread.
     from witcert_adapters.layer_log import LayerLog
     from witcert_calculus.errors import PremiseError
-    honest = LayerLog.dither_cast.fget
-    assert honest is not None
-    monkeypatch.setattr(LayerLog, "dither_cast",
-                        property(lambda log: [-c - 1.0 for c in honest(log)]))
+    honest = LayerLog.recorded
+
+    def corrupted(log: LayerLog, field: str) -> list[Any]:
+        return [-c - 1.0 for c in honest(log, field)] if field == "dither_cast" \
+            else honest(log, field)
+
+    monkeypatch.setattr(LayerLog, "recorded", corrupted)
     ledger = RiskLedger()
     rid = ledger.open_request(delta_req="1/100")
     with pytest.raises(PremiseError, match="cast"):

@@ -285,6 +285,39 @@ def test_the_torch_tier_b_bound_carries_its_event_and_its_assumptions() -> None:
         tv_bounds_batch(p, bad, check=False).basis.evidence(TV_EFORM_SOUND)
 
 
+@pytest.mark.parametrize("where", ["scale", "cast"])
+@pytest.mark.parametrize("bad", [-1.0, float("inf"), float("nan")])
+def test_a_corrupted_block_scale_or_cast_norm_refuses_the_tier_b_evidence(where: str,
+                                                                         bad: float) -> None:
+    """One stored block scale (or cast norm) that is negative, infinite or NaN, anywhere in
+    the history, refuses the Tier-B bound's evidence; the clean inputs give it."""
+    from witcert_calculus.errors import PremiseError
+    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+    from witcert_kernels.dither import tier_b_logit_bound
+    from witcert_kernels.meter import tv_bounds_batch
+
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 1, 2, 16, generator=g, dtype=torch.float64)
+    enc = dither_quantize(torch.randn(1, 1, 5, 16, generator=g), request=0, layer=0, start=0,
+                          block_size=8)
+    cast = torch.rand(1, 1, 5, generator=g, dtype=torch.float64) * 1e-4
+    p = torch.softmax(torch.randn(1, 1, 2, 5, generator=g, dtype=torch.float64), dim=-1)
+
+    def evidence(scales: Any, cast_norms: Any) -> Any:
+        u = tier_b_logit_bound(q, scales, cast_norms, scale=0.25, delta_loc=1e-4,
+                               visible=torch.tensor([5, 5]))
+        return tv_bounds_batch(p, u, check=False).basis.evidence(TV_EFORM_SOUND)
+
+    assert evidence(enc.scales, cast) is not None
+    scales, cast_norms = enc.scales.clone(), cast.clone()
+    if where == "scale":
+        scales[0, 0, 3, 1] = bad
+    else:
+        cast_norms[0, 0, 2] = bad
+    with pytest.raises(PremiseError, match="finite and >= 0"):
+        evidence(scales, cast_norms)
+
+
 @settings(max_examples=20, deadline=None)
 @given(request=st.integers(0, 2**64 - 1), layers=st.lists(st.integers(0, 2**32 - 1), min_size=1,
                                                          max_size=4),
