@@ -13,6 +13,9 @@ Main declarations:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numpy as np
 import torch
 
 __all__ = ["add_up", "outward"]
@@ -43,12 +46,26 @@ def outward(value: torch.Tensor, *, gamma: torch.Tensor | float, alpha: torch.Te
         >>> y.tolist()
         [1.0000000000000002, 0.0, inf]
     """
-    raised = value * (1.0 + gamma) + alpha
-    up = torch.nextafter(raised, _inf(raised))
-    keep = ~torch.isfinite(value)
+    # the same operations as the array rule, in place where the shapes allow (each
+    # full-size temporary costs a pass over fresh memory)
+    raised = value * (1.0 + gamma)
+    raised = _into(raised, torch.add, raised, alpha)
+    raised = _into(raised, torch.nextafter, raised, _inf(raised))
+    keep = torch.isfinite(value).logical_not_()
     if exact is not None:
-        keep = keep | exact
-    return torch.where(keep, value, up)
+        keep = _into(keep, torch.logical_or, keep, exact)
+    return _into(raised, torch.where, keep, value, raised)
+
+
+def _into(out: torch.Tensor, op: Callable[..., torch.Tensor], *args: torch.Tensor | float
+          ) -> torch.Tensor:
+    # op(*args) written into ``out`` when the result has out's shape and dtype (a pointwise
+    # op may write over one of its inputs), else a new tensor.
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    shape = tuple(np.broadcast_shapes(*(tuple(a.shape) for a in tensors)))
+    same = all(a.dtype == out.dtype for a in tensors  # a mask selecting floats aside
+               if a.dtype != torch.bool or out.dtype == torch.bool)
+    return op(*args, out=out) if shape == tuple(out.shape) and same else op(*args)
 
 
 def add_up(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

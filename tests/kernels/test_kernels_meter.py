@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -120,6 +121,36 @@ def test_outward_rule_is_bit_identical(seed: int) -> None:
     got = torch_outward(torch.from_numpy(y), gamma=torch.from_numpy(gamma), alpha=2.0**-1070,
                         exact=torch.from_numpy(exact))
     assert np.array_equal(got.numpy(), want)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([(4, 1), (1, 5), (4, 5)]),
+       st.sampled_from(["scalar", (4, 1), (1, 5), (4, 5)]),
+       st.sampled_from(["scalar", (4, 1), (4, 5)]), st.sampled_from([None, (4, 1), (1, 5), (4, 5)]))
+def test_outward_rule_is_bit_identical_under_broadcasting(seed: int, shape: tuple[int, int],
+                                                          gshape: Any, ashape: Any,
+                                                          eshape: Any) -> None:
+    """Margins and exact masks of other shapes than the value (the result broadcast larger
+    than the value, or not), NaN among the values: the torch rule, which works in place where
+    the shapes allow, equals the array rule bit for bit."""
+    from witcert_calculus.numerics.rounding import outward as np_outward
+    from witcert_kernels.rounding import outward as torch_outward
+
+    rng = np.random.default_rng(seed)
+    y = rng.normal(size=shape) * 10.0 ** rng.uniform(-320, 300, size=shape)
+    y.flat[:4] = (0.0, np.inf, -np.inf, np.nan)[:y.size]
+    gamma = 1e-13 if gshape == "scalar" else rng.uniform(0, 1e-12, size=gshape)
+    alpha = 2.0**-1070 if ashape == "scalar" else rng.uniform(0, 1e-300, size=ashape)
+    exact = None if eshape is None else rng.uniform(size=eshape) < 0.3
+    want = np_outward(y, gamma=gamma, alpha=alpha, exact=exact)
+
+    def t(x: Any) -> Any:
+        return x if x is None or isinstance(x, float) else torch.from_numpy(x)
+
+    value = torch.from_numpy(y.copy())
+    got = torch_outward(value, gamma=t(gamma), alpha=t(alpha), exact=t(exact))
+    assert got.shape == want.shape and np.array_equal(got.numpy(), want, equal_nan=True)
+    assert np.array_equal(value.numpy(), y, equal_nan=True)  # the value itself untouched
 
 
 @settings(max_examples=100, deadline=None)
