@@ -68,13 +68,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from witcert_adapters.architectures import spec_for
-from witcert_adapters.layer_log import (
-    AuditStep,
-    LayerLog,
-    ReadStep,
-    TierBStep,
-    concat,
-)
+from witcert_adapters.layer_log import AuditStep, LayerLog, ReadStep, TierBStep, concat
 from witcert_adapters.live_run import LiveRun, TierBEvent
 from witcert_adapters.runs import ProbePath, Site
 from witcert_adapters.schemes import get_scheme
@@ -238,7 +232,7 @@ class Probe:
         self.cache: WitnessCache | None = None
         self._pending: dict[int, tuple[tuple[torch.Tensor, ...], int]] = {}
         self._stash: list[_Call] = []
-        self._stacks: dict[tuple[tuple[int, ...], str], _Stack] = {}
+        self._stacks: dict[tuple[tuple[int, ...], str, int | None], _Stack] = {}
         self._handles: list[RemovableHandle] = []
         self.attention = self._find_attention(model)
         self.ledger = ledger
@@ -415,7 +409,7 @@ class Probe:
                     ) -> torch.Tensor:  # a WriteStep field (witnesses: of one logit part)
             rows = [[s.witnesses[part] for s in log.written] if part is not None
                     else log.recorded(field) for log in logs]
-            return self._stacks.setdefault((layers, f"{field}{part}"), _Stack()).stacked(
+            return self._stacks.setdefault((layers, field, part), _Stack()).stacked(
                 rows, dtype, revisions=revisions)
 
         kv_side: dict[str, torch.Tensor] = {

@@ -327,7 +327,8 @@ def logit_bound(query: torch.Tensor, witness: torch.Tensor, *, scale: float,
         return values
     evidence = _tier_a_evidence(scale=sc, bands=nb, query_bands=int(qb.shape[-1]),
                                 witness_ok=None)
-    nonnegative = w.amin() >= 0 if w.numel() else torch.ones((), dtype=torch.bool)
+    nonnegative = w.amin() >= 0 if w.numel() else \
+        torch.ones((), dtype=torch.bool, device=w.device)
     return _establish(values, evidence=evidence, delta=Fraction(0),
                       source="witcert_kernels.meter.logit_bound", add=_add_bounds,
                       checks=((_WITNESS_PREMISE, nonnegative),))

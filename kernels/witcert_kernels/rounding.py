@@ -63,7 +63,8 @@ def _into(out: torch.Tensor, op: Callable[..., torch.Tensor], *args: torch.Tenso
     # op may write over one of its inputs), else a new tensor.
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     shape = tuple(np.broadcast_shapes(*(tuple(a.shape) for a in tensors)))
-    same = all(a.dtype == out.dtype for a in tensors  # a mask selecting floats aside
+    # every input of out's dtype, except a boolean mask that selects among float inputs
+    same = all(a.dtype == out.dtype for a in tensors
                if a.dtype != torch.bool or out.dtype == torch.bool)
     return op(*args, out=out) if shape == tuple(out.shape) and same else op(*args)
 
