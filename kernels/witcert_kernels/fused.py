@@ -148,7 +148,7 @@ def fp8_codes(caches: Sequence[torch.Tensor], start: torch.Tensor, channels: tor
 
 
 def fp8_logits_and_bound(query: torch.Tensor, side: Fp8Codes, requests: torch.Tensor,
-                         visible: torch.Tensor, *, scale: float
+                         visible: torch.Tensor, *, scale: float, vectorized: bool = True
                          ) -> tuple[torch.Tensor, LogitBound[torch.Tensor]]:
     """The logits and the established format logit bound of a group of rows, in one pass.
 
@@ -158,6 +158,8 @@ def fp8_logits_and_bound(query: torch.Tensor, side: Fp8Codes, requests: torch.Te
             group's rows of its index.
         visible: ``[N, S]`` the tokens each request sees (others: logit 0, bound 0).
         scale: the softmax scale (positive, finite).
+        vectorized: AVX-512 where the processor has it (``False``: the portable loops, the
+            same operations in the same order, hence the same bits).
 
     Returns:
         ``[N, H, G, Q, S]`` float64 logits (``scale * q . k`` of the stored keys) and the
@@ -176,7 +178,7 @@ def fp8_logits_and_bound(query: torch.Tensor, side: Fp8Codes, requests: torch.Te
     start = side.start[requests].contiguous()
     logits, raw, exact_token = torch.ops.witcert_fused.fp8_logits_and_bound(
         q, list(side.caches), start, side.channels, side.values, side.witnesses,
-        visible.contiguous(), sc)
+        visible.contiguous(), sc, vectorized)
     width = int(start.shape[2])
     margin = logit_margin(d, scale=sc)
     exact = exact_token.unsqueeze(2) | (q == 0).all(dim=-1, keepdim=True)

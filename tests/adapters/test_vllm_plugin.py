@@ -133,6 +133,23 @@ def test_stored_keys_decode_the_bytes_written() -> None:
             assert not torch.equal(got, keys.double())  # fp8 is lossy
 
 
+def test_layers_quantized_at_once_equal_each_layer_alone() -> None:
+    """One scale per layer: the stacked layers' bytes are each layer's own, bit for bit
+    (specials included); a scale count that does not match the layers is refused."""
+    gen = torch.Generator().manual_seed(4)
+    x = (torch.randn(3, 5, KVH, D, generator=gen) * 300).to(torch.bfloat16)
+    x[0, 0, 0, :4] = torch.tensor([float("nan"), float("inf"), -0.0, 1e-30])
+    scales = [0.5, 0.037, 3.0]
+    for fmt in Fp8Format:
+        got = engine_codes(x, scale=scales, fmt=fmt)
+        want = torch.stack([engine_codes(x[k], scale=s, fmt=fmt) for k, s in enumerate(scales)])
+        assert torch.equal(got, want)
+    with pytest.raises(InvalidValueError, match="scale"):
+        engine_codes(x, scale=scales[:2], fmt=Fp8Format.E4M3)
+    with pytest.raises(InvalidValueError, match="kv scale"):
+        engine_codes(x, scale=[0.5, -1.0, 2.0], fmt=Fp8Format.E4M3)
+
+
 def test_cache_format_names_unknown_dtypes() -> None:
     assert cache_format("auto") is CacheFormat.MODEL_DTYPE
     assert cache_format("fp8_e5m2") is CacheFormat.FP8_E5M2

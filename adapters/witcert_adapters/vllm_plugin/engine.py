@@ -308,21 +308,22 @@ class Monitor:
         fp8 = self.fmt.fp8
         caches = [self._caches[i][0] for i in todo]
         for part, what in ((0, "key"), (1, "value")):
+            elements = torch.stack([self._writes[i][part] for i in todo])
+            if not every:
+                elements = elements[:, ok]
             if fp8 is None:
-                want = [(self._writes[i][part] if every else self._writes[i][part][ok])
-                        .to(caches[0].dtype) for i in todo]
-            else:
+                want = elements.to(caches[0].dtype)
+            else:  # every layer's bytes at once, each layer at its own scale
                 scales = [self._caches[i][1] if part == 0 else self._caches[i][2] for i in todo]
-                want = [engine_codes(self._writes[i][part][ok], scale=sc, fmt=fp8)
-                        for sc, i in zip(scales, todo, strict=True)]
+                want = engine_codes(elements, scale=scales, fmt=fp8)
             # every layer compared in place, in one compiled call (the torch gather below
             # only names a difference, or reads caches that are not one contiguous shape)
             offsets = element_offsets(caches, written, layout=self.layout, part=part)
             if offsets is not None and not bool(
-                    mismatched_elements(caches, *offsets, want).any()):
+                    mismatched_elements(caches, *offsets, want.unbind()).any()):
                 continue
             stored = stored_elements(caches, written, layout=self.layout, part=part)
-            expected = torch.stack(want)
+            expected = want
             if offsets is None and bool((bits(stored) == bits(expected)).all()):
                 continue
             for k, layer in enumerate(todo):

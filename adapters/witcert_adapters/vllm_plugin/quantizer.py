@@ -34,8 +34,10 @@ Main declarations
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
+import numpy as np
 import torch
 
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError
@@ -60,19 +62,22 @@ def float32_scale(scale: float) -> float:
         >>> float32_scale(0.1)
         0.10000000149011612
     """
-    s = torch.tensor(float(scale), dtype=torch.float32)
-    if not (bool(torch.isfinite(s)) and float(s) > 0 and float(s) >= 2.0 ** -126):
+    with np.errstate(over="ignore"):
+        s = np.float32(float(scale))
+    if not (bool(np.isfinite(s)) and float(s) >= 2.0 ** -126):
         raise InvalidValueError("kv scale", scale, "must be a positive finite float32 normal "
                                 "number (the writer multiplies by float32(1/scale))")
     return float(s)
 
 
-def engine_codes(x: torch.Tensor, *, scale: float, fmt: Fp8Format) -> torch.Tensor:
+def engine_codes(x: torch.Tensor, *, scale: float | Sequence[float], fmt: Fp8Format
+                 ) -> torch.Tensor:
     """The bytes vLLM's CPU writer stores for the elements ``x`` (the rule above).
 
     Args:
         x: elements in the model's dtype (bfloat16, float16 or float32), any shape.
-        scale: the layer's key (or value) scale.
+        scale: the layer's key (or value) scale; or one scale per ``x[k]`` (several layers'
+            elements stacked, each quantized at its own scale).
         fmt: the cache's fp8 format.
 
     Returns:
@@ -83,7 +88,14 @@ def engine_codes(x: torch.Tensor, *, scale: float, fmt: Fp8Format) -> torch.Tens
         ...              fmt=Fp8Format.E4M3).tolist()
         [56, 57, 0, 126]
     """
-    s32 = torch.tensor(float32_scale(scale), dtype=torch.float32)
+    if isinstance(scale, Sequence):
+        if x.dim() == 0 or len(scale) != int(x.shape[0]):
+            raise InvalidValueError("scale", f"{len(scale)} scales", "must be one per leading "
+                                    f"slice of the elements ({tuple(x.shape)})")
+        s32 = torch.tensor([float32_scale(s) for s in scale], dtype=torch.float32) \
+            .view(-1, *([1] * (x.dim() - 1)))
+    else:
+        s32 = torch.tensor(float32_scale(scale), dtype=torch.float32)
     inv = torch.ones((), dtype=torch.float32) / s32
     v = x.to(torch.float32) * inv
     top = _MAX[fmt]

@@ -9,9 +9,12 @@
 //
 // K is the exact float64 value of each code times the layer's float32 scale, W the code's
 // residual witness (witcert_calculus.meters.formats.witness_table). Both sums run in
-// float64 over the head dimension in channel order (a recursive sum; the margin of
-// witcert_calculus.numerics.rounding.logit_margin bounds any order), eight tokens at once. The
-// caller rounds the bound outward. A token that is not visible gets logit 0 and bound 0
+// float64 over the head dimension in channel order, one fused multiply-add per channel (a
+// recursive sum; the margin of witcert_calculus.numerics.rounding.logit_margin bounds any
+// order), eight tokens and up to four query rows at once. With AVX-512 (and `vectorized`)
+// the same operations run in vector registers, and a tile of eight tokens that are
+// consecutive bytes of each channel (a block of vLLM's vec layout) is read eight bytes at a
+// time; the portable loops give the same bits. The caller rounds the bound outward. A token that is not visible gets logit 0 and bound 0
 // (and is flagged exact, as a zero witness is); inf * 0 in the bound saturates to inf.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -19,6 +22,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <immintrin.h>
 #include <limits>
 #include <tuple>
 #include <vector>
@@ -26,29 +31,89 @@
 namespace {
 
 constexpr int64_t kTile = 8;
+constexpr int64_t kRows = 4;
 
-// Per token j of a tile: sum_c q[c] key[c][j] and sum_c aq[c] wit[c][j], each summed in
-// channel order (a recursive sum), the tile's tokens side by side (vectorized; one clone
-// per instruction set, chosen when loaded).
-__attribute__((target_clones("avx512f", "avx2", "default")))
+// Rows r < R of a tile, per token j: sum_c q[r][c] key[c][j] and sum_c aq[r][c] wit[c][j],
+// each summed in channel order (a recursive sum, one rounding per multiply-add), the R
+// rows' sums side by side and the tile's tokens in one vector.
+template <int R>
 void tile_dots(const double* q, const double* aq, const double* key, const double* wit,
                int64_t d, double* lsum, double* bsum) {
-  double l[kTile] = {0}, b[kTile] = {0};
+  double l[R][kTile] = {}, b[R][kTile] = {};
+  for (int64_t k = 0; k < d; ++k)
+    for (int r = 0; r < R; ++r)
+      for (int64_t j = 0; j < kTile; ++j) {
+        l[r][j] = std::fma(q[r * d + k], key[k * kTile + j], l[r][j]);
+        b[r][j] = std::fma(aq[r * d + k], wit[k * kTile + j], b[r][j]);
+      }
+  for (int r = 0; r < R; ++r)
+    for (int64_t j = 0; j < kTile; ++j) lsum[r * kTile + j] = l[r][j], bsum[r * kTile + j] = b[r][j];
+}
+
+template <int R>
+__attribute__((target("avx512f")))
+void tile_dots_avx512(const double* q, const double* aq, const double* key, const double* wit,
+                      int64_t d, double* lsum, double* bsum) {
+  __m512d l[R], b[R];
+  for (int r = 0; r < R; ++r) l[r] = _mm512_setzero_pd(), b[r] = _mm512_setzero_pd();
   for (int64_t k = 0; k < d; ++k) {
-    const double qk = q[k], ak = aq[k];
-    for (int64_t j = 0; j < kTile; ++j) {
-      l[j] += qk * key[k * kTile + j];
-      b[j] += ak * wit[k * kTile + j];
+    const __m512d kv = _mm512_loadu_pd(key + k * kTile);
+    const __m512d wv = _mm512_loadu_pd(wit + k * kTile);
+    for (int r = 0; r < R; ++r) {
+      l[r] = _mm512_fmadd_pd(_mm512_set1_pd(q[r * d + k]), kv, l[r]);
+      b[r] = _mm512_fmadd_pd(_mm512_set1_pd(aq[r * d + k]), wv, b[r]);
     }
   }
-  for (int64_t j = 0; j < kTile; ++j) lsum[j] = l[j], bsum[j] = b[j];
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_pd(lsum + r * kTile, l[r]);
+    _mm512_storeu_pd(bsum + r * kTile, b[r]);
+  }
+}
+
+using Dots = void (*)(const double*, const double*, const double*, const double*, int64_t,
+                      double*, double*);
+
+// The tile's keys and witnesses, channel-major [d][kTile], when its tokens are kTile
+// consecutive bytes of every channel (vLLM's vec layout: a block's keys stored [d][block]):
+// the bytes of channel c at first + channels[c], looked up in the two tables. Returns the
+// tokens whose witnesses are all 0, one bit each. The same values as the general fill.
+__attribute__((target("avx512f")))
+unsigned fill_consecutive_avx512(const uint8_t* first, const int64_t* channels, int64_t d,
+                                 const double* kt, const double* wt, double* key,
+                                 double* wit) {
+  __mmask8 nonzero = 0;
+  const __m512d zero = _mm512_setzero_pd();
+  for (int64_t k = 0; k < d; ++k) {
+    int64_t eight;
+    std::memcpy(&eight, first + channels[k], sizeof eight);
+    const __m512i code = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128(eight));
+    const __m512d w = _mm512_i64gather_pd(code, wt, 8);
+    _mm512_storeu_pd(key + k * kTile, _mm512_i64gather_pd(code, kt, 8));
+    _mm512_storeu_pd(wit + k * kTile, w);
+    nonzero |= _mm512_cmp_pd_mask(w, zero, _CMP_NEQ_UQ);
+  }
+  return ~static_cast<unsigned>(nonzero) & 0xFFu;
+}
+
+unsigned fill_consecutive(const uint8_t* first, const int64_t* channels, int64_t d,
+                          const double* kt, const double* wt, double* key, double* wit) {
+  unsigned nonzero = 0;
+  for (int64_t k = 0; k < d; ++k) {
+    const uint8_t* bytes = first + channels[k];
+    for (int64_t j = 0; j < kTile; ++j) {
+      key[k * kTile + j] = kt[bytes[j]];
+      wit[k * kTile + j] = wt[bytes[j]];
+      if (!(wit[k * kTile + j] == 0.0)) nonzero |= 1u << j;
+    }
+  }
+  return ~nonzero & 0xFFu;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fp8_logits_and_bound(
     const at::Tensor& q, at::TensorList caches, const at::Tensor& start,
     const at::Tensor& channels,
     const at::Tensor& key_lut, const at::Tensor& wit_lut, const at::Tensor& visible,
-    double scale) {
+    double scale, bool vectorized) {
   TORCH_CHECK(q.dim() == 4 && q.scalar_type() == at::kDouble, "q must be [N, H, M, d] float64");
   TORCH_CHECK(start.dim() == 3 && start.scalar_type() == at::kLong,
               "start must be [N, kvh, S] int64");
@@ -99,6 +164,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fp8_logits_and_bound(
   double* bp = bound.data_ptr<double>();
   bool* ep = exact.data_ptr<bool>();
   const double inf = std::numeric_limits<double>::infinity();
+  const bool avx512 = vectorized && __builtin_cpu_supports("avx512f");
+  const auto fast_fill = avx512 ? fill_consecutive_avx512 : fill_consecutive;
+  const Dots dots[kRows] = {
+      avx512 ? tile_dots_avx512<1> : tile_dots<1>, avx512 ? tile_dots_avx512<2> : tile_dots<2>,
+      avx512 ? tile_dots_avx512<3> : tile_dots<3>, avx512 ? tile_dots_avx512<4> : tile_dots<4>};
   at::parallel_for(0, n * h, 1, [&](int64_t begin, int64_t end) {
     std::vector<double> key(d * kTile), wit(d * kTile), aq(m * d);
     for (int64_t nh = begin; nh < end; ++nh) {
@@ -111,32 +181,45 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fp8_logits_and_bound(
       const int64_t* starts = sp + (i * kvh + head % kvh) * s;
       for (int64_t t0 = 0; t0 < s; t0 += kTile) {
         const int64_t width = std::min(kTile, s - t0);
-        // the tile's keys and witnesses, channel-major: [d][kTile] (0 where not visible)
-        for (int64_t j = 0; j < kTile; ++j) {
-          const bool seen = j < width && vp[i * s + t0 + j];
-          bool zero = true;
-          const uint8_t* first = seen ? bytes + starts[t0 + j] : nullptr;
-          for (int64_t k = 0; k < d; ++k) {
-            const uint8_t c = seen ? first[chp[k]] : 0;
-            key[k * kTile + j] = seen ? kt[c] : 0.0;
-            wit[k * kTile + j] = seen ? wt[c] : 0.0;
-            zero = zero && wit[k * kTile + j] == 0.0;
-          }
-          if (j < width) ep[nh * s + t0 + j] = zero;
-        }
-        for (int64_t r = 0; r < m; ++r) {
-          double lsum[kTile], bsum[kTile];
-          tile_dots(qrow + r * d, aq.data() + r * d, key.data(), wit.data(), d, lsum, bsum);
-          double* lo = lp + (nh * m + r) * s + t0;
-          double* bo = bp + (nh * m + r) * s + t0;
-          for (int64_t j = 0; j < width; ++j) {
-            if (!vp[i * s + t0 + j]) {
-              lo[j] = 0.0, bo[j] = 0.0;
-              continue;
+        bool consecutive = width == kTile;
+        for (int64_t j = 0; consecutive && j < kTile; ++j)
+          consecutive = vp[i * s + t0 + j] && starts[t0 + j] == starts[t0] + j;
+        if (consecutive) {  // one block's keys: kTile bytes of each channel side by side
+          const unsigned zero = fast_fill(bytes + starts[t0], chp, d, kt, wt, key.data(),
+                                          wit.data());
+          for (int64_t j = 0; j < kTile; ++j) ep[nh * s + t0 + j] = (zero >> j) & 1u;
+        } else {  // the tile's keys and witnesses, channel-major (0 where not visible)
+          for (int64_t j = 0; j < kTile; ++j) {
+            const bool seen = j < width && vp[i * s + t0 + j];
+            bool zero = true;
+            const uint8_t* first = seen ? bytes + starts[t0 + j] : nullptr;
+            for (int64_t k = 0; k < d; ++k) {
+              const uint8_t c = seen ? first[chp[k]] : 0;
+              key[k * kTile + j] = seen ? kt[c] : 0.0;
+              wit[k * kTile + j] = seen ? wt[c] : 0.0;
+              zero = zero && wit[k * kTile + j] == 0.0;
             }
-            lo[j] = scale * lsum[j];
-            const double b = bsum[j] * scale;
-            bo[j] = std::isnan(b) ? inf : b;
+            if (j < width) ep[nh * s + t0 + j] = zero;
+          }
+        }
+        for (int64_t r0 = 0; r0 < m; r0 += kRows) {
+          const int64_t rows = std::min(kRows, m - r0);
+          double lsum[kRows * kTile], bsum[kRows * kTile];
+          const double* qr = qrow + r0 * d;
+          const double* ar = aq.data() + r0 * d;
+          dots[rows - 1](qr, ar, key.data(), wit.data(), d, lsum, bsum);
+          for (int64_t r = 0; r < rows; ++r) {
+            double* lo = lp + (nh * m + r0 + r) * s + t0;
+            double* bo = bp + (nh * m + r0 + r) * s + t0;
+            for (int64_t j = 0; j < width; ++j) {
+              if (!vp[i * s + t0 + j]) {
+                lo[j] = 0.0, bo[j] = 0.0;
+                continue;
+              }
+              lo[j] = scale * lsum[r * kTile + j];
+              const double b = bsum[r * kTile + j] * scale;
+              bo[j] = std::isnan(b) ? inf : b;
+            }
           }
         }
       }
@@ -149,7 +232,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fp8_logits_and_bound(
 
 TORCH_LIBRARY(witcert_fused, m) {
   m.def("fp8_logits_and_bound(Tensor q, Tensor[] caches, Tensor start, Tensor channels, "
-        "Tensor key_lut, Tensor wit_lut, Tensor visible, float scale) -> "
+        "Tensor key_lut, Tensor wit_lut, Tensor visible, float scale, bool vectorized) -> "
         "(Tensor, Tensor, Tensor)");
 }
 
