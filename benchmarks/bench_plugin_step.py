@@ -12,10 +12,12 @@ the engine's own cache writes excluded. The median is printed next to the model'
 step measured by ``bench_vllm_live.py``: their ratio is the plugin's share of the
 end-to-end ratio. ``--profile`` also prints the plugin's most expensive functions;
 ``--sections`` the median time of each part of the plugin's step over the decode steps (the
-captures, the check of the stored bytes, the step's layout, the meter, the accounts).
+captures, the check of the stored bytes, the step's layout, the meter, the accounts). The
+median plugin time of a prefill chunk is printed too (``--profile-prefill``: its profile).
 
 Run: ``.venv-vllm/bin/python benchmarks/bench_plugin_step.py [--requests 1 8 32]
-[--tokens 144 1024] [--form cascade] [--kv auto|fp8] [--profile] [--sections]``
+[--tokens 144 1024] [--form cascade] [--kv auto|fp8] [--profile] [--profile-prefill]
+[--sections]``
 """
 
 from __future__ import annotations
@@ -78,8 +80,11 @@ def timed_sections() -> list[dict[str, float]]:
 
 
 def measure(requests: int, tokens: int, form: str, kv: str, store: Path,
-            profile: cProfile.Profile | None) -> list[float]:
-    """Plugin seconds of each of 12 decode steps after a chunked prefill."""
+            profile: cProfile.Profile | None, *, profile_prefill: bool = False
+            ) -> tuple[list[float], list[float]]:
+    """Plugin seconds of each prefill chunk (up to 512 tokens of one request) and of each of
+    the 12 decode steps after them (``profile``: of one decode step, or with
+    ``profile_prefill`` of the prefill)."""
     per = (tokens + 16) // BS + 1
     blocks = requests * per + 1
     dtype = torch.bfloat16 if kv == "auto" else torch.uint8
@@ -126,9 +131,13 @@ def measure(requests: int, tokens: int, form: str, kv: str, store: Path,
         mon.end(runner, sched)
         return time.perf_counter() - t0 - engine
 
-    for r in range(requests):
-        for a in range(0, tokens, 512):
-            step([(r, list(range(a, min(tokens, a + 512))))])
+    if profile is not None and profile_prefill:
+        profile.enable()
+    prefill = [step([(r, list(range(a, min(tokens, a + 512))))])
+               for r in range(requests) for a in range(0, tokens, 512)]
+    if profile is not None and profile_prefill:
+        profile.disable()
+        profile = None
     times = []
     for k in range(12):
         if profile is not None and k == 4:
@@ -136,7 +145,7 @@ def measure(requests: int, tokens: int, form: str, kv: str, store: Path,
         times.append(step([(r, [tokens + k]) for r in range(requests)]))
     if profile is not None:
         profile.disable()
-    return times
+    return prefill, times
 
 
 def main() -> None:
@@ -147,21 +156,29 @@ def main() -> None:
     p.add_argument("--kv", default="auto", choices=["auto", "fp8"],
                    help="the cache: the model's dtype (bfloat16) or fp8 (e4m3)")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--profile-prefill", action="store_true",
+                   help="profile the prefill chunks instead of a decode step")
     p.add_argument("--sections", action="store_true",
                    help="print each part's median over the decode steps")
     args = p.parse_args()
     sections = timed_sections() if args.sections else None
     torch.set_num_threads(1)
     cache = "bfloat16" if args.kv == "auto" else "fp8 (e4m3)"
-    print(f"plugin time per decode step ({cache} cache, form={args.form}), median of 12")
-    print(f"{'requests':>8s} {'tokens':>6s} {'median ms':>9s} {'min ms':>7s}")
+    print(f"plugin time per decode step ({cache} cache, form={args.form}), median of 12; "
+          "per prefill chunk (up to 512 tokens of one request), median")
+    print(f"{'requests':>8s} {'tokens':>6s} {'median ms':>9s} {'min ms':>7s} {'prefill ms':>10s}")
     with tempfile.TemporaryDirectory() as tmp:
+        # warm-up: the first step loads (or builds) the compiled kernels
+        measure(1, 16, args.form, args.kv, Path(tmp) / "warm.sqlite", None)
+        if sections is not None:
+            sections.clear()
         for tokens in args.tokens:
             for requests in args.requests:
-                prof = cProfile.Profile() if args.profile else None
-                t = measure(requests, tokens, args.form, args.kv, Path(tmp) / "v.sqlite", prof)
+                prof = cProfile.Profile() if args.profile or args.profile_prefill else None
+                pre, t = measure(requests, tokens, args.form, args.kv, Path(tmp) / "v.sqlite",
+                                 prof, profile_prefill=args.profile_prefill)
                 print(f"{requests:8d} {tokens:6d} {1e3 * statistics.median(t):9.2f} "
-                      f"{1e3 * min(t):7.2f}", flush=True)
+                      f"{1e3 * min(t):7.2f} {1e3 * statistics.median(pre):10.2f}", flush=True)
                 if sections is not None:
                     last = sections[-12:]  # the decode steps
                     for label in SECTIONS:

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from witcert_adapters.vllm_plugin.config import PluginConfig, from_environ
 from witcert_adapters.vllm_plugin.launch import STEP_TIMEOUT_S, engine_env
-from witcert_adapters.vllm_plugin.meter import SUMMARY, KeySide, StepMeter, meter_layer, \
-    meter_layers, meter_step, write_witnesses
+from witcert_adapters.vllm_plugin.meter import ROW_BLOCK, SUMMARY, KeySide, RowGroup, \
+    StepMeter, meter_layer, meter_layers, meter_step, row_groups, write_witnesses
 from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, StepLayout, \
     cache_format, dequantize, element_offsets, stored_elements, stored_keys, visible_keys
 from witcert_adapters.vllm_plugin.quantizer import ROUNDING, engine_codes
@@ -477,6 +477,50 @@ def test_the_compiled_fp8_pass_meters_as_the_torch_path(
         assert a.theorems == b.theorems
         assert b.true_tv is not None and bool((b.true_tv <= b.meter.clamp(max=1.0)).all())
     assert compiled[0].basis.evidence(*compiled[0].theorems) is not None
+
+
+@pytest.mark.parametrize("form", ["meter", "cascade"])
+def test_a_long_chunk_is_metered_in_row_blocks_as_in_one_group(form: str) -> None:
+    """A prefill chunk of 70 rows after 10 earlier tokens, beside a decode row: groups of at
+    most ROW_BLOCK consecutive rows, each reading the tokens up to its last row, every row
+    in exactly one group. Every cell's value is never above the one-group value: the
+    meter equal to it up to the margin of the longer sum, the cascade's tanh(max c) over
+    fewer hidden tokens; the audited true TV the same, no violation."""
+    from witcert_kernels.fused import fp8_codes
+
+    eng = _Engine(CacheFormat.FP8_E4M3, layers=1, blocks=8)
+    tables = [[0, 1, 2, 3, 4, 5], [6, 7, 7, 7, 7, 7]]
+    eng.write([t * BS + p % BS for p in range(10) for t in [tables[0][p // BS]]] +
+              [tables[1][p // BS] * BS + p % BS for p in range(19)])
+    lay = _layout([70, 1], [80, 20], tables)
+    eng.write(lay.row_slot.tolist())
+    queries = torch.randn(1, lay.rows, H, D, generator=eng.gen).to(torch.bfloat16)
+    groups = row_groups(lay)
+    assert sorted(torch.cat([g.rows.flatten() for g in groups]).tolist()) == \
+        list(range(lay.rows))
+    chunk = [g for g in groups if int(g.requests[0]) == 0 and g.rows.shape[1] > 1]
+    assert len(chunk) == 3 and all(int(g.rows.shape[1]) <= ROW_BLOCK for g in chunk)
+    assert [g.width for g in chunk] == [int(lay.row_position[g.rows[0, -1]]) + 1
+                                        for g in chunk] == [42, 74, 80]
+    offsets = element_offsets(eng.caches, lay.slots, layout=CacheLayout.VEC, heads_first=True)
+    assert offsets is not None and eng.buffer.exact is not None
+    side = KeySide(None, None, None, eng.buffer.exact[0, lay.slots],
+                   codes=fp8_codes(eng.caches, *offsets, fmt=Fp8Format.E4M3,
+                                   rounding=ROUNDING, scales=eng.scales))
+    common = dict(queries=queries[0], side=side, kv_heads=KVH, scale=D ** -0.5,
+                  layout=RopeLayout.HALF_SPLIT, form=form, tau=0.1)
+    blocked = meter_layer(lay, **common)  # type: ignore[arg-type]
+    whole = meter_layer(lay, groups=[g for g in groups if int(g.rows.shape[1]) == 1] +
+                        [RowGroup(torch.tensor([0]), torch.arange(70).unsqueeze(0))],
+                        **common)  # type: ignore[arg-type]
+    assert torch.equal(torch.isinf(blocked.meter), torch.isinf(whole.meter))
+    fin = torch.isfinite(whole.meter)
+    assert bool((blocked.meter[fin] <= whole.meter[fin]).all())
+    if form == "meter":
+        assert torch.allclose(blocked.meter[fin], whole.meter[fin], rtol=1e-9, atol=0.0)
+    assert blocked.true_tv is not None and whole.true_tv is not None
+    assert torch.allclose(blocked.true_tv, whole.true_tv, rtol=1e-12, atol=1e-15)
+    assert bool((blocked.true_tv <= blocked.meter.clamp(max=1.0)).all())
 
 
 def test_audit_catches_an_understated_witness() -> None:
