@@ -14,8 +14,9 @@
 // order), eight tokens and up to four query rows at once. With AVX-512 (and `vectorized`)
 // the same operations run in vector registers, and a tile of eight tokens that are
 // consecutive bytes of each channel (a block of vLLM's vec layout) is read eight bytes at a
-// time; the portable loops give the same bits. The caller rounds the bound outward. A token that is not visible gets logit 0 and bound 0
-// (and is flagged exact, as a zero witness is); inf * 0 in the bound saturates to inf.
+// time; the portable loops give the same bits. The caller rounds the bound outward. A token
+// that is not visible gets logit 0 and bound 0 (and is flagged exact, as a zero witness is);
+// inf * 0 in the bound saturates to inf.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -47,7 +48,10 @@ void tile_dots(const double* q, const double* aq, const double* key, const doubl
         b[r][j] = std::fma(aq[r * d + k], wit[k * kTile + j], b[r][j]);
       }
   for (int r = 0; r < R; ++r)
-    for (int64_t j = 0; j < kTile; ++j) lsum[r * kTile + j] = l[r][j], bsum[r * kTile + j] = b[r][j];
+    for (int64_t j = 0; j < kTile; ++j) {
+      lsum[r * kTile + j] = l[r][j];
+      bsum[r * kTile + j] = b[r][j];
+    }
 }
 
 template <int R>
