@@ -323,12 +323,11 @@ class Monitor:
                     mismatched_elements(caches, *offsets, want.unbind()).any()):
                 continue
             stored = stored_elements(caches, written, layout=self.layout, part=part)
-            expected = want
-            if offsets is None and bool((bits(stored) == bits(expected)).all()):
+            if offsets is None and bool((bits(stored) == bits(want)).all()):
                 continue
             for k, layer in enumerate(todo):
                 try:
-                    check_bytes(stored[k], expected[k], what=what, layer=layer, slots=written)
+                    check_bytes(stored[k], want[k], what=what, layer=layer, slots=written)
                 except EngineMismatchError as exc:
                     if layer not in self._checked:
                         raise

@@ -164,7 +164,9 @@ def row_groups(step: StepLayout) -> list[RowGroup]:
         groups.append(RowGroup(torch.tensor(single), torch.tensor([[starts[r]] for r in single])))
     tokens = int(step.slots.shape[1])
     for r, q in enumerate(q_lens):
-        for a in range(0, q if q > 1 else 0, ROW_BLOCK):
+        if q == 1:  # in the decode group above
+            continue
+        for a in range(0, q, ROW_BLOCK):
             rows = torch.arange(starts[r] + a, starts[r] + min(q, a + ROW_BLOCK))
             seen = min(tokens, int(step.row_position[rows].max()) + 1)
             groups.append(RowGroup(torch.tensor([r]), rows.unsqueeze(0), seen))

@@ -14,9 +14,9 @@
 // order), eight tokens and up to four query rows at once. With AVX-512 (and `vectorized`)
 // the same operations run in vector registers, and a tile of eight tokens that are
 // consecutive bytes of each channel (a block of vLLM's vec layout) is read eight bytes at a
-// time; the portable loops give the same bits. The caller rounds the bound outward. A token
-// that is not visible gets logit 0 and bound 0 (and is flagged exact, as a zero witness is);
-// inf * 0 in the bound saturates to inf.
+// time; the portable loops (reading token by token) give the same bits. The caller rounds
+// the bound outward. A token that is not visible gets logit 0 and bound 0 (and is flagged
+// exact, as a zero witness is); inf * 0 in the bound saturates to inf.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -80,7 +80,8 @@ using Dots = void (*)(const double*, const double*, const double*, const double*
 // The tile's keys and witnesses, channel-major [d][kTile], when its tokens are kTile
 // consecutive bytes of every channel (vLLM's vec layout: a block's keys stored [d][block]):
 // the bytes of channel c at first + channels[c], looked up in the two tables. Returns the
-// tokens whose witnesses are all 0, one bit each. The same values as the general fill.
+// tokens whose witnesses are all 0, one bit each. The same values as the token-by-token
+// fill, which the portable loops use for every tile.
 __attribute__((target("avx512f")))
 unsigned fill_consecutive_avx512(const uint8_t* first, const int64_t* channels, int64_t d,
                                  const double* kt, const double* wt, double* key,
@@ -97,20 +98,6 @@ unsigned fill_consecutive_avx512(const uint8_t* first, const int64_t* channels, 
     nonzero |= _mm512_cmp_pd_mask(w, zero, _CMP_NEQ_UQ);
   }
   return ~static_cast<unsigned>(nonzero) & 0xFFu;
-}
-
-unsigned fill_consecutive(const uint8_t* first, const int64_t* channels, int64_t d,
-                          const double* kt, const double* wt, double* key, double* wit) {
-  unsigned nonzero = 0;
-  for (int64_t k = 0; k < d; ++k) {
-    const uint8_t* bytes = first + channels[k];
-    for (int64_t j = 0; j < kTile; ++j) {
-      key[k * kTile + j] = kt[bytes[j]];
-      wit[k * kTile + j] = wt[bytes[j]];
-      if (!(wit[k * kTile + j] == 0.0)) nonzero |= 1u << j;
-    }
-  }
-  return ~nonzero & 0xFFu;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fp8_logits_and_bound(
@@ -169,7 +156,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fp8_logits_and_bound(
   bool* ep = exact.data_ptr<bool>();
   const double inf = std::numeric_limits<double>::infinity();
   const bool avx512 = vectorized && __builtin_cpu_supports("avx512f");
-  const auto fast_fill = avx512 ? fill_consecutive_avx512 : fill_consecutive;
   const Dots dots[kRows] = {
       avx512 ? tile_dots_avx512<1> : tile_dots<1>, avx512 ? tile_dots_avx512<2> : tile_dots<2>,
       avx512 ? tile_dots_avx512<3> : tile_dots<3>, avx512 ? tile_dots_avx512<4> : tile_dots<4>};
@@ -185,12 +171,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fp8_logits_and_bound(
       const int64_t* starts = sp + (i * kvh + head % kvh) * s;
       for (int64_t t0 = 0; t0 < s; t0 += kTile) {
         const int64_t width = std::min(kTile, s - t0);
-        bool consecutive = width == kTile;
+        bool consecutive = avx512 && width == kTile;
         for (int64_t j = 0; consecutive && j < kTile; ++j)
           consecutive = vp[i * s + t0 + j] && starts[t0 + j] == starts[t0] + j;
         if (consecutive) {  // one block's keys: kTile bytes of each channel side by side
-          const unsigned zero = fast_fill(bytes + starts[t0], chp, d, kt, wt, key.data(),
-                                          wit.data());
+          const unsigned zero = fill_consecutive_avx512(bytes + starts[t0], chp, d, kt, wt,
+                                                        key.data(), wit.data());
           for (int64_t j = 0; j < kTile; ++j) ep[nh * s + t0 + j] = (zero >> j) & 1u;
         } else {  // the tile's keys and witnesses, channel-major (0 where not visible)
           for (int64_t j = 0; j < kTile; ++j) {
