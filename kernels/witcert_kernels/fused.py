@@ -9,15 +9,24 @@ format logit bound ``c_t = scale * sum_c |q_c| w_{t,c}``
 (:func:`witcert_kernels.meter.format_logit_bound`'s formula, the same float64 arithmetic up
 to the summation order, which its margin covers), from two 256-entry tables per head: the
 codes' exact values times the layer's scale, and their witnesses
-(:func:`witcert_calculus.meters.formats.witness_table`).
+(:func:`witcert_calculus.meters.formats.witness_table`), the bound already rounded
+outward.
+
+The meter of those rows (:func:`tv_meter_rows`) takes their logits and bounds: per row, in
+one pass over its tokens, the masked softmax and the sums ``log A`` and ``log A-`` of
+:func:`witcert_kernels.meter.tv_meter_batch`, with the premises it checks; the forms follow
+from the sums in torch, by the torch meter's own code
+(:func:`witcert_kernels.meter.meter_from_sums`), so the torch meter's float64 tensors of a
+step (``p~``, ``expm1(+-c)``, their products) are never made.
 
 The check of a write (:func:`mismatched_elements`) compares, bit for bit, the elements an
 engine's caches hold at given positions with the elements expected there, every layer in
 one call, reading the caches in place.
 
-Both are C++ (``csrc/fp8_meter.cpp``, ``csrc/stored_check.cpp``: one extension) built with
-the system compiler through torch's extension tools on first use, into a folder named after
-the sources' hash and torch's version (one build per machine and environment;
+All are C++ (``csrc/fp8_meter.cpp``, ``csrc/tv_meter.cpp``, ``csrc/stored_check.cpp``:
+one extension) built with the system compiler through torch's extension tools on first use,
+into a folder named after the sources' hash and torch's version (one build per machine and
+environment;
 ``WITCERT_KERNEL_DIR`` moves it). A build or load that fails raises
 :class:`~witcert_calculus.errors.KernelBuildError`.
 
@@ -26,6 +35,7 @@ Main declarations:
 - :class:`Fp8Codes`: the stored bytes of the visible keys with their two tables.
 - :func:`fp8_codes`: the tables of a cache format and per-layer scales.
 - :func:`fp8_logits_and_bound`: the logits and the established bound of a group of rows.
+- :func:`tv_meter_rows`: the meter of those rows from their logits and bounds.
 - :func:`mismatched_elements`: per layer, the stored elements that differ from the expected.
 """
 
@@ -44,21 +54,25 @@ from typing import Final, final
 
 import torch
 
-from witcert_calculus.errors import InvalidValueError, KernelBuildError
+from witcert_calculus.errors import ForgedBoundError, InvalidValueError, KernelBuildError
 from witcert_calculus.meters.formats import BOX_PREMISE, Fp8Format, Rounding, box_evidence
-from witcert_calculus.meters.witness import LogitBound
+from witcert_calculus.meters.witness import ESTABLISHERS, LogitBound, is_established
 from witcert_calculus.numerics.rounding import logit_margin
 from witcert_calculus.numerics.validation import real
-from witcert_kernels.rounding import outward
 
 from witcert_calculus.meters.witness import _establish  # pyright: ignore[reportPrivateUsage]
+from witcert_kernels.meter import TVMeter, meter_from_sums
 from witcert_kernels.meter import _add_bounds  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.meter import _witness_table  # pyright: ignore[reportPrivateUsage]
 
-__all__ = ["Fp8Codes", "fp8_codes", "fp8_logits_and_bound", "load", "mismatched_elements"]
+__all__ = ["Fp8Codes", "fp8_codes", "fp8_logits_and_bound", "load", "mismatched_elements",
+           "tv_meter_rows"]
 
 _SOURCES: Final = tuple(Path(__file__).with_name("csrc") / f
-                        for f in ("fp8_meter.cpp", "stored_check.cpp"))
+                        for f in ("fp8_meter.cpp", "tv_meter.cpp", "stored_check.cpp"))
+# no contraction of a product and a sum into one multiply-add: the bound's outward step
+# rounds as the rule's two operations do
+_CFLAGS: Final = ("-O3", "-ffp-contract=off")
 _F64: Final = torch.float64
 _FP8_DTYPE: Final = {Fp8Format.E4M3: torch.float8_e4m3fn, Fp8Format.E5M2: torch.float8_e5m2}
 
@@ -72,7 +86,7 @@ def load() -> None:
     """
     from torch.utils import cpp_extension  # noqa: PLC0415 - only when the kernel is used
 
-    text = b"".join(s.read_bytes() for s in _SOURCES)
+    text = b"".join(s.read_bytes() for s in _SOURCES) + " ".join(_CFLAGS).encode()
     tag = re.sub(r"[^0-9A-Za-z]", "_", torch.__version__)
     name = f"witcert_fused_{hashlib.sha256(text).hexdigest()[:12]}_{tag}"
     root = Path(os.environ.get("WITCERT_KERNEL_DIR",
@@ -82,7 +96,7 @@ def load() -> None:
         build.mkdir(parents=True, exist_ok=True)
         cpp_extension.load(  # pyright: ignore[reportUnknownMemberType]
             name=name, sources=[str(s) for s in _SOURCES], build_directory=str(build),
-            extra_cflags=["-O3"], is_python_module=False, verbose=False)
+            extra_cflags=list(_CFLAGS), is_python_module=False, verbose=False)
     except (OSError, RuntimeError, ImportError, subprocess.SubprocessError) as exc:
         lines = [ln for ln in str(exc).splitlines() if ln.strip()]
         raise KernelBuildError("witcert_fused", " | ".join(lines[-3:])[:400] or
@@ -176,18 +190,59 @@ def fp8_logits_and_bound(query: torch.Tensor, side: Fp8Codes, requests: torch.Te
     n, h, g, qn, d = (int(x) for x in query.shape)
     q = query.to(_F64).reshape(n, h, g * qn, d).contiguous()
     start = side.start[requests].contiguous()
-    logits, raw, exact_token = torch.ops.witcert_fused.fp8_logits_and_bound(
-        q, list(side.caches), start, side.channels, side.values, side.witnesses,
-        visible.contiguous(), sc, vectorized)
-    width = int(start.shape[2])
     margin = logit_margin(d, scale=sc)
-    exact = exact_token.unsqueeze(2) | (q == 0).all(dim=-1, keepdim=True)
-    values = outward(raw, gamma=margin.gamma, alpha=margin.alpha, exact=exact)
+    logits, values = torch.ops.witcert_fused.fp8_logits_and_bound(
+        q, list(side.caches), start, side.channels, side.values, side.witnesses,
+        visible.contiguous(), sc, margin.gamma, margin.alpha, vectorized)
+    width = int(start.shape[2])
     bound = _establish(values.view(n, h, g, qn, width),
                        evidence=box_evidence(scale=sc, channels=d, witness_ok=None),
                        delta=Fraction(0), source="witcert_kernels.fused.fp8_logits_and_bound",
                        add=_add_bounds, checks=((BOX_PREMISE, (side.witnesses >= 0).all()),))
     return logits.view(n, h, g, qn, width), bound
+
+
+def tv_meter_rows(logits: torch.Tensor, c: LogitBound[torch.Tensor], mask: torch.Tensor, *,
+                  vectorized: bool = True) -> TVMeter:
+    """The meter ``min(e-form, two-sided)`` of rows given by their logits, one pass over each
+    row's tokens: :func:`~witcert_kernels.meter.tv_meter_batch` of their masked softmax,
+    without a float64 tensor per step of it.
+
+    Args:
+        logits: ``[N, H, G, Q, S]`` float64 logits (as :func:`fp8_logits_and_bound` gives
+            them); ``c``: their established logit bounds, of the same shape.
+        mask: ``[N, Q, S]`` the tokens each query row attends to (the softmax's support;
+            the bounds of the others count only in ``max c``).
+        vectorized: AVX-512 where the processor has it (eight tokens at once, with the vector
+            exp and expm1 of torch's CPU kernels; ``False``: the portable loops, with the C
+            library's).
+
+    Returns:
+        A :class:`~witcert_kernels.meter.TVMeter` of ``[N, H, G, Q]`` bounds (rows with one
+        token 0), the sums' margin :func:`~witcert_calculus.numerics.rounding.tv_margin`
+        over ``S`` tokens, its basis with the premises computed here.
+
+    Raises:
+        ForgedBoundError: a ``LogitBound`` no establishing function produced;
+        InvalidValueError: shapes that differ; KernelBuildError: no kernel.
+    """
+    if not is_established(c):
+        raise ForgedBoundError("LogitBound", ESTABLISHERS)
+    n, h, g, qn, width = (int(x) for x in logits.shape)
+    if tuple(c.values.shape) != tuple(logits.shape) or tuple(mask.shape) != (n, qn, width):
+        raise InvalidValueError("c", f"bounds {tuple(c.values.shape)} and mask "
+                                f"{tuple(mask.shape)}", f"must fit the logits "
+                                f"{tuple(logits.shape)}")
+    load()
+    la, lm, cmax, positive, p_ok, c_ok = torch.ops.witcert_fused.tv_meter_rows(
+        logits.reshape(n, h, g * qn, width).to(_F64),
+        c.values.reshape(n, h, g * qn, width).to(_F64), mask.contiguous(), vectorized)
+    rows = (n, h, g, qn)
+    forms = meter_from_sums(la.view(rows), lm.view(rows), cmax.view(rows), c=c, tokens=width,
+                            premises=(p_ok.all(), c_ok.all()),
+                            visible=mask.sum(dim=-1).view(n, 1, 1, qn),
+                            positive=positive.view(rows))
+    return forms.meter()
 
 
 def mismatched_elements(caches: Sequence[torch.Tensor], start: torch.Tensor,

@@ -41,7 +41,9 @@ Main declarations
   with the :class:`~witcert_calculus.meters.tv_forms.TVBasis` its readings' evidence comes from;
   :func:`tv_meter_batch` (:class:`TVMeter`): the meter ``min(e-form, two-sided)`` alone;
   :func:`tv_tanh_max_batch`: the cheap form ``tanh(max c)`` alone (no attention weights).
-- :func:`forms_from_logs`: the e-form and two-sided form from ``log A`` and ``log A-``.
+- :func:`forms_from_logs`: the e-form and two-sided form from ``log A`` and ``log A-``;
+  :func:`meter_from_sums`: both, with their basis, from a batch's sums (shared with the
+  compiled meter, :func:`witcert_kernels.fused.tv_meter_rows`).
 - :func:`l2_norm_upper`: the Euclidean norm as an upper bound; :func:`l2_norm`, the plain
   norm (for reports, not a bound).
 - :func:`output_error_bound`: the attention-output error from TV and value residuals.
@@ -87,6 +89,7 @@ __all__ = [
     "l2_norm",
     "l2_norm_upper",
     "logit_bound",
+    "meter_from_sums",
     "output_error_bound",
     "round_up_f32",
     "tv_bounds_batch",
@@ -651,6 +654,11 @@ class _Core:
     basis: TVBasis
 
 
+_P_PREMISE = ("p_tilde rows are finite and nonnegative with a positive sum (renormalized here "
+              "to probability vectors)")
+_C_PREMISE = "c_t >= 0 for every token t, not NaN (inf allowed)"
+
+
 def _meter_core(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tensor, *,
                 check: bool, visible: torch.Tensor | None) -> _Core:
     if isinstance(c, LogitBound) and not is_established(c):
@@ -669,10 +677,6 @@ def _meter_core(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tenso
     # p >= 0 (its minimum; NaN fails) with finite row sums: every entry finite
     p_ok = (p.amin() >= 0) & (torch.isfinite(total) & (total > 0)).all() if p.numel() \
         else (total > 0).all()
-    checks: tuple[tuple[str, torch.Tensor], ...] = (
-              ("p_tilde rows are finite and nonnegative with a positive sum (renormalized "
-               "here to probability vectors)", p_ok),
-              ("c_t >= 0 for every token t, not NaN (inf allowed)", (cc >= 0).all()))
     p = p / total
     pos = p > 0
 
@@ -684,20 +688,61 @@ def _meter_core(p_tilde: torch.Tensor, c: LogitBound[torch.Tensor] | torch.Tenso
     cmax = cc.amax(dim=-1)  # the largest finite c_t (0 if none): on the host, the plain max
     if cc.device.type != "cpu" or not bool((torch.isfinite(cmax) & (cmax >= 0)).all()):
         cmax = torch.where(torch.isfinite(cc), cc, 0.0).amax(dim=-1)
+    m = meter_from_sums(la, lm, cmax, c=c, tokens=int(p.shape[-1]),
+                        premises=(p_ok, (cc >= 0).all()), visible=visible,
+                        positive=None if visible is None else pos.sum(dim=-1))
+    return _Core(p, cc, pos, la, lm, m.gamma, m.alpha, cmax == 0, m.eform, m.two_sided, m.one,
+                 m.basis)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Forms:
+    # The meter's two forms from a batch's sums, with their margin, the rows with one token
+    # (None: not given), the basis.
+    eform: torch.Tensor
+    two_sided: torch.Tensor
+    gamma: torch.Tensor
+    alpha: float
+    one: torch.Tensor | None
+    basis: TVBasis
+
+    def meter(self) -> TVMeter:
+        return TVMeter(torch.minimum(self.eform, self.two_sided), self.eform, self.two_sided,
+                       self.basis)
+
+
+def meter_from_sums(log_a: torch.Tensor, log_a_minus: torch.Tensor, cmax: torch.Tensor, *,
+                    c: LogitBound[torch.Tensor] | torch.Tensor, tokens: int,
+                    premises: tuple[torch.Tensor, torch.Tensor],
+                    visible: torch.Tensor | None, positive: torch.Tensor | None) -> _Forms:
+    """The e-form and the two-sided form of rows from their sums (``log A``, ``log A-``, the
+    largest finite ``c``), as :func:`tv_meter_batch` gives them, with their basis: shared by
+    the torch meter and the compiled one (:func:`witcert_kernels.fused.tv_meter_rows`).
+
+    Args:
+        c: the logit bound the sums were made of (its evidence enters the basis).
+        tokens: the tokens per row (the margin's count).
+        premises: whether ``p~`` was finite and nonnegative with positive row sums, and
+            whether every ``c_t >= 0`` (0-d boolean tensors, read when evidence is built).
+        visible: tokens each row attends to (broadcastable to the rows), or ``None``; rows
+            with one report 0 (Lean ``WitCert.Meters.tv_single_token``), ``positive`` (the
+            tokens of positive weight per row) checking that premise.
+    """
     exact = cmax == 0  # c = 0 everywhere: A = A- = 1 exactly and the exact bound 0
-    e, t, gamma, alpha = forms_from_logs(la, lm, cmax, tokens=int(p.shape[-1]), exact=exact)
+    e, t, gamma, alpha = forms_from_logs(log_a, log_a_minus, cmax, tokens=tokens, exact=exact)
+    checks: tuple[tuple[str, torch.Tensor], ...] = ((_P_PREMISE, premises[0]),
+                                                    (_C_PREMISE, premises[1]))
     also: tuple[str, ...] = ()
     one = None
     if visible is not None:
+        assert positive is not None
         one = torch.broadcast_to(visible == 1, e.shape)
         zero = torch.zeros_like(e)
         e, t = torch.where(one, zero, e), torch.where(one, zero, t)
-        checks = (*checks, (SINGLE_TOKEN_PREMISE,
-                            (~one | (pos.sum(dim=-1) <= 1)).all()))
+        checks = (*checks, (SINGLE_TOKEN_PREMISE, (~one | (positive <= 1)).all()))
         also = (TV_SINGLE_TOKEN,)
-    return _Core(p, cc, pos, la, lm, gamma, alpha, exact, e, t, one, _basis(c, checks, also))
-
-
+    return _Forms(e, t, gamma, alpha, one, _basis(c, checks, also))
 
 
 def _tanh_max(cc: torch.Tensor) -> torch.Tensor:
@@ -734,5 +779,5 @@ def tv_tanh_max_batch(c: LogitBound[torch.Tensor] | torch.Tensor
     if isinstance(c, LogitBound) and not is_established(c):
         raise ForgedBoundError("LogitBound", ESTABLISHERS)
     cc = (c.values if isinstance(c, LogitBound) else c).to(_F64)
-    checks = (("c_t >= 0 for every token t, not NaN (inf allowed)", (cc >= 0).all()),)
+    checks = ((_C_PREMISE, (cc >= 0).all()),)
     return _tanh_max(cc), _basis(c, checks)

@@ -25,13 +25,14 @@ from hypothesis import strategies as st
 
 from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, dequantize, \
     element_offsets, stored_elements
-from witcert_calculus.errors import InvalidValueError, PremiseError
+from witcert_calculus.errors import ForgedBoundError, InvalidValueError, PremiseError
 from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.meters.formats import Fp8Format, Rounding
-from witcert_calculus.meters.witness import is_established
-from witcert_calculus.numerics.rounding import logit_margin
-from witcert_kernels.fused import fp8_codes, fp8_logits_and_bound, mismatched_elements
-from witcert_kernels.meter import format_logit_bound, format_witness
+from witcert_calculus.meters.witness import LogitBound, is_established
+from witcert_calculus.numerics.rounding import logit_margin, tv_margin
+from witcert_kernels.fused import fp8_codes, fp8_logits_and_bound, mismatched_elements, \
+    tv_meter_rows
+from witcert_kernels.meter import TVMeter, format_logit_bound, format_witness, tv_meter_batch
 
 BS = 32
 _FMT = {Fp8Format.E4M3: CacheFormat.FP8_E4M3, Fp8Format.E5M2: CacheFormat.FP8_E5M2}
@@ -116,16 +117,16 @@ def test_the_compiled_pass_equals_the_torch_path(seed: int, layers: int, kvh: in
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2 ** 16), kvh=st.integers(1, 2), g=st.integers(1, 3),
        qn=st.integers(1, 3), width=st.integers(1, 70), hidden=st.integers(0, 3),
-       fmt=st.sampled_from(list(Fp8Format)))
+       d=st.sampled_from([4, 16, 21]), fmt=st.sampled_from(list(Fp8Format)))
 def test_block_runs_read_eight_at_a_time_give_the_same_bits(seed: int, kvh: int, g: int,
                                                             qn: int, width: int, hidden: int,
-                                                            fmt: Fp8Format) -> None:
+                                                            d: int, fmt: Fp8Format) -> None:
     """Tokens that sit side by side in a block (the vec layout: each channel's bytes of a
     block consecutive) are read eight at a time; the same tokens in a scattered order take
     the token-by-token read; with ``vectorized=False`` the portable loops run. All three
-    give the same logits, bound and exact flags bit for bit (the same multiply-adds in the
-    same order), token for token, hidden tokens and partial tiles included."""
-    d, rows = 16, 2
+    give the same logits and bound bit for bit (the same multiply-adds in the same order),
+    token for token, hidden tokens and partial tiles included."""
+    rows = 2
     caches, _, _ = _case(seed, layers=2, kvh=kvh, d=d, rows=rows, width=width, blocks=8)
     gen = torch.Generator().manual_seed(seed)
     # request r's tokens: a run from the start of block 3r on (crossing into the next block)
@@ -152,6 +153,33 @@ def test_block_runs_read_eight_at_a_time_give_the_same_bits(seed: int, kvh: int,
         assert torch.equal(a[..., perm].view(torch.int64), b.view(torch.int64))
         assert torch.equal(a.view(torch.int64), p.view(torch.int64))
     assert not bool(torch.isnan(runs[1]).any())
+
+
+def test_every_code_is_looked_up_by_every_read() -> None:
+    """All 256 codes in block runs (read eight tokens at a time) against the portable
+    loops, bit for bit, in both formats: every table entry, NaN codes and saturated
+    witnesses included."""
+    d, width = 21, 64
+    caches, _, _ = _case(3, layers=1, kvh=1, d=d, rows=1, width=width, blocks=4)
+    slots = torch.arange(width).view(1, width)
+    offsets = element_offsets(caches, slots, layout=CacheLayout.VEC, heads_first=True)
+    assert offsets is not None
+    start, channels = offsets
+    flat = caches[0].view(-1)
+    positions = (start[0, 0].view(width, 1) + channels.view(1, d)).reshape(-1)
+    flat[positions] = torch.arange(positions.numel()).remainder(256).to(torch.uint8)
+    assert set(flat[positions].tolist()) == set(range(256))
+    q = torch.randn(1, 1, 1, 3, d, generator=torch.Generator().manual_seed(1),
+                    dtype=torch.float64)
+    for fmt in Fp8Format:
+        side = fp8_codes(caches, start, channels, fmt=fmt, rounding=Rounding.TRUNCATE,
+                         scales=[0.375])
+        seen = torch.ones(1, width, dtype=torch.bool)
+        want = fp8_logits_and_bound(q, side, torch.arange(1), seen, scale=0.5,
+                                    vectorized=False)
+        got = fp8_logits_and_bound(q, side, torch.arange(1), seen, scale=0.5)
+        assert torch.equal(got[0].view(torch.int64), want[0].view(torch.int64))
+        assert torch.equal(got[1].values.view(torch.int64), want[1].values.view(torch.int64))
 
 
 def test_the_bound_is_never_below_the_exact_one() -> None:
@@ -210,8 +238,6 @@ def test_a_clamped_code_saturates_its_token_and_a_zero_query_does_not_hide_it() 
 def test_a_negative_witness_table_fails_the_premise() -> None:
     """The premise w >= 0 is computed over the tables every witness comes from: a table
     with a negative entry gives a bound whose evidence is refused."""
-    from witcert_kernels.meter import tv_meter_batch
-
     caches, slots, visible = _case(5, layers=1, kvh=1, d=8, rows=1, width=6)
     offsets = element_offsets(caches, slots, layout=CacheLayout.VEC, heads_first=True)
     assert offsets is not None
@@ -221,9 +247,10 @@ def test_a_negative_witness_table_fails_the_premise() -> None:
     q = torch.randn(1, 1, 1, 1, 8, dtype=torch.float64)
     logits, c = fp8_logits_and_bound(q, side, torch.arange(1), visible, scale=1.0)
     p = torch.softmax(logits.masked_fill(~visible.view(1, 1, 1, 1, 6), -torch.inf), dim=-1)
-    basis = tv_meter_batch(p, c, check=False).basis
-    with pytest.raises(PremiseError, match="w"):
-        basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+    for basis in (tv_meter_batch(p, c, check=False).basis,
+                  tv_meter_rows(logits, c, visible.view(1, 1, 6)).basis):
+        with pytest.raises(PremiseError, match="w"):
+            basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
 
 
 def test_positions_outside_the_caches_are_refused_by_name() -> None:
@@ -301,3 +328,115 @@ def test_the_compiled_write_check_refuses_what_does_not_fit() -> None:
         mismatched_elements(caches, start, channels, [g.to(torch.int16) for g in good])
     with pytest.raises(InvalidValueError, match="outside the cache"):
         mismatched_elements(caches, start + caches[0].numel(), channels, good)
+
+
+# --------------------------------------------------------------------------- compiled meter
+
+def _meter_case(seed: int, *, n: int, h: int, g: int, qn: int, width: int, d: int = 8,
+                spread: float = 3.0, big: bool = False
+                ) -> tuple[torch.Tensor, LogitBound[torch.Tensor], torch.Tensor]:
+    # Random logits, an established format bound (some tokens exact, some saturated, some
+    # large enough to overflow expm1 when ``big``), a causal-looking mask with every row
+    # seeing at least one token (some exactly one).
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, h, g, qn, width, generator=gen, dtype=torch.float64) * spread
+    w = torch.rand(n, h, width, d, generator=gen, dtype=torch.float64) * 0.05
+    w[..., torch.rand(width, generator=gen) < 0.2, :] = 0.0
+    if big:
+        w[..., torch.rand(width, generator=gen) < 0.2, :] = 1000.0  # c past expm1's range
+    if width > 2:
+        w[0, 0, 1, 0] = float("inf")
+    q = torch.randn(n, h, g, qn, d, generator=gen, dtype=torch.float64)
+    c = format_logit_bound(q, w, scale=0.5)
+    mask = torch.rand(n, qn, width, generator=gen) < 0.7
+    mask[:, :, 0] = True
+    mask[:, 0, 1:] = False  # the first row of every request sees one token
+    return logits, c, mask
+
+
+def _torch_meter(logits: torch.Tensor, c: LogitBound[torch.Tensor], mask: torch.Tensor
+                 ) -> TVMeter:
+    n, _, _, qn, width = (int(x) for x in logits.shape)
+    p = torch.softmax(logits.masked_fill(~mask.view(n, 1, 1, qn, width), -torch.inf), dim=-1)
+    return tv_meter_batch(p, c, check=False, visible=mask.sum(dim=-1).view(n, 1, 1, qn))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2 ** 16), n=st.integers(1, 3), h=st.integers(1, 3),
+       g=st.integers(1, 3), qn=st.integers(1, 4), width=st.integers(1, 45),
+       spread=st.sampled_from([0.0, 1.0, 30.0]), big=st.booleans(),
+       vectorized=st.booleans())
+def test_the_compiled_meter_equals_the_torch_meter(seed: int, n: int, h: int, g: int, qn: int,
+                                                   width: int, spread: float, big: bool,
+                                                   vectorized: bool) -> None:
+    """The compiled meter's e-form, two-sided form and meter against the torch meter of the
+    masked softmax: saturated on the same rows, 0 on the same rows (one token, c = 0),
+    elsewhere within the forms' own margin (the sums differ only in their order and the
+    library's exp), the log-sum-exp branch (expm1 overflowing) included; every premise
+    holds."""
+    logits, c, mask = _meter_case(seed, n=n, h=h, g=g, qn=qn, width=width, spread=spread,
+                                  big=big)
+    want = _torch_meter(logits, c, mask)
+    got = tv_meter_rows(logits, c, mask, vectorized=vectorized)
+    gamma = tv_margin(width).gamma
+    for a, b in ((got.meter, want.meter), (got.eform, want.eform),
+                 (got.two_sided, want.two_sided)):
+        assert torch.equal(torch.isinf(a), torch.isinf(b))
+        assert torch.equal(a == 0, b == 0)
+        both = torch.isfinite(b) & (b > 0)
+        assert bool(((a - b).abs() <= 8 * gamma * (1 + b.abs().log1p()) * b)[both].all())
+    assert all(bool(t) for _, t in got.basis.checks)
+    assert [s for s, _ in got.basis.checks] == [s for s, _ in want.basis.checks]
+
+
+def test_the_compiled_meter_is_never_below_the_true_tv() -> None:
+    """Against 50-digit arithmetic: for true logits ``s + delta`` with ``|delta_t| <= c_t``
+    (each sign pattern that pushes weight away from the largest tokens, and random ones),
+    the exact ``TV(softmax(s + delta), softmax(s))`` never exceeds the compiled meter."""
+    import mpmath as mp
+
+    logits, c, mask = _meter_case(11, n=2, h=2, g=1, qn=3, width=12, spread=2.0)
+    got = tv_meter_rows(logits, c, mask)
+    gen = torch.Generator().manual_seed(5)
+    checked = 0
+    with mp.workdps(50):
+        for i in range(2):
+            for k in range(2):
+                for r in range(3):
+                    bound = float(got.meter[i, k, 0, r])
+                    seen = [t for t in range(12) if bool(mask[i, r, t])]
+                    if len(seen) < 2 or bound == float("inf"):
+                        continue
+                    s = [mp.mpf(float(logits[i, k, 0, r, t])) for t in seen]
+                    cs = [mp.mpf(float(c.values[i, k, 0, r, t])) for t in seen]
+                    top = max(range(len(s)), key=lambda j: s[j])
+                    patterns = [[-1 if j == top else 1 for j in range(len(s))],
+                                [1 if j == top else -1 for j in range(len(s))]]
+                    patterns += [[1 if bool(b) else -1 for b in torch.rand(len(s), generator=gen)
+                                  < 0.5] for _ in range(4)]
+                    p = [mp.exp(x) for x in s]
+                    zp = mp.fsum(p)
+                    for signs in patterns:
+                        e = [mp.exp(x + sg * cc) for x, sg, cc in zip(s, signs, cs, strict=True)]
+                        ze = mp.fsum(e)
+                        tv = mp.fsum(abs(a / ze - b / zp) for a, b in zip(e, p, strict=True)) / 2
+                        assert mp.mpf(bound) >= tv
+                        checked += 1
+    assert checked > 30
+
+
+def test_the_compiled_meter_refuses_what_it_cannot_read() -> None:
+    """A bound no establishing function made, and shapes that do not fit, are typed errors
+    naming them; NaN logits fail the weights' premise instead of giving a bound."""
+    logits, c, mask = _meter_case(2, n=1, h=1, g=1, qn=2, width=5)
+    fake = object.__new__(LogitBound)  # built around the establishing functions
+    object.__setattr__(fake, "values", c.values)
+    with pytest.raises(ForgedBoundError):
+        tv_meter_rows(logits, fake, mask)
+    with pytest.raises(InvalidValueError, match="c="):
+        tv_meter_rows(logits, c, mask[:, :, :4])
+    bad = logits.clone()
+    bad[0, 0, 0, 1, 0] = float("nan")
+    basis = tv_meter_rows(bad, c, mask).basis
+    with pytest.raises(PremiseError, match="p_tilde"):
+        basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)

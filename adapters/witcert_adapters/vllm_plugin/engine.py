@@ -468,10 +468,11 @@ class Monitor:
                            layout=self.rope or RopeLayout.HALF_SPLIT, form=self.config.form,
                            groups=groups, keep=keep, tau=self.config.tau)
 
-    def _chunks(self, layers: list[int], step: StepLayout) -> list[list[int]]:
+    def _chunks(self, layers: list[int], step: StepLayout, groups: list[RowGroup]
+                ) -> list[list[int]]:
         # Layers metered together: as many as keep a chunk's largest tensors (the float64
-        # keys, and the cells' weights and bounds: rows x heads x visible tokens) within
-        # _CHUNK_ELEMENTS, one layer at least.
+        # keys, and a row group's weights and bounds: its rows x heads x visible tokens)
+        # within _CHUNK_ELEMENTS, one layer at least.
         if not layers:
             return []
         cache = self._caches[layers[0]][0]
@@ -479,8 +480,9 @@ class Monitor:
         if self._stored_exactly and self.config.form != "meter" and not self.config.audit:
             per_layer = step.rows * self.num_heads  # no key read: one bound per cell
         else:
+            rows = max((int(g.rows.numel()) for g in groups), default=step.rows)
             per_layer = max(r * int(cache.shape[1]) * int(cache.shape[3]) // 2,
-                            step.rows * self.num_heads) * width
+                            rows * self.num_heads) * width
         size = max(1, _CHUNK_ELEMENTS // max(1, per_layer))
         return [layers[k:k + size] for k in range(0, len(layers), size)]
 
@@ -536,7 +538,7 @@ class Monitor:
                 self._put_witnesses(written, step.rows)
             metered = [i for i in read if i in self._caches]
             layers: list[LayerMeter] = []
-            for chunk in self._chunks(metered, step):
+            for chunk in self._chunks(metered, step, st.groups):
                 side = self._side(chunk, step)[0]
                 layers += meter_layers(step, queries=self._queries(chunk, step, side), side=side,
                                        kv_heads=int(self._caches[chunk[0]][0].shape[1]),

@@ -14,7 +14,9 @@ layer's cells in a few batched tensor operations (no host loop over tokens):
    established :class:`~witcert_calculus.meters.witness.LogitBound`, their minimum by
    :func:`~witcert_calculus.meters.witness.tighter`); the compressed attention ``p~`` recomputed
    from the stored keys in float64; and the TV meter ``min(e-form, two-sided)`` of
-   :func:`witcert_kernels.meter.tv_meter_batch` (or, in the cheap form, ``tanh(max c)`` of
+   :func:`witcert_kernels.meter.tv_meter_batch` (for an fp8 cache, the compiled
+   :func:`witcert_kernels.fused.tv_meter_rows` of the same sums, from the logits of the
+   pass that reads its bytes; or, in the cheap form, ``tanh(max c)`` of
    :func:`witcert_kernels.meter.tv_tanh_max_batch`, which needs neither keys nor ``p~``;
    or the cascade: ``tanh(max c)`` where it is already ``<= tau``, the meter elsewhere). A
    cache that holds the model's keys exactly has every ``c_t = 0``
@@ -55,7 +57,7 @@ from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
 from witcert_calculus.meters.tv_forms import TVBasis, _issue_basis  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.meters.witness import LogitBound, RopeLayout, tighter
-from witcert_kernels.fused import Fp8Codes, fp8_logits_and_bound
+from witcert_kernels.fused import Fp8Codes, fp8_logits_and_bound, tv_meter_rows
 from witcert_kernels.meter import band_norms, exact_logit_bound, format_logit_bound, logit_bound, \
     round_up_f32, tv_meter_batch, tv_tanh_max_batch
 
@@ -429,21 +431,31 @@ def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_he
                 need = th > tau
                 if not bool(need.any()):  # no cell's verdict can change: no meter
                     need = None
+        metered = form == "meter" or need is not None
+        # the fp8 pass's logits are metered by the compiled meter, without p~ (kept for the
+        # gate, or for the audit's true TV, it is made as well)
+        compiled = metered and fused_logits is not None and not keep
         p = None
-        if gside.has_keys and (form == "meter" or need is not None or gside.exact is not None):
+        if gside.has_keys and ((metered and not compiled) or gside.exact is not None):
             logits = fused_logits if fused_logits is not None else \
                 _group_logits(q, _keys(gside)[req], scale)
             p = torch.softmax(logits.masked_fill(~mask.view(n, 1, 1, qn, width), -torch.inf),
                               dim=-1)
-        if form == "meter" or need is not None:
-            if p is None:
+        if metered:
+            if p is None and not compiled:
                 raise InvalidValueError("keys", None, "cells above tau need the meter, which "
                                         "needs the stored keys")
             if int(c.values.shape[-1]) != width:  # the meter weighs every token's bound
                 c = _bound(q, gside, group, visible, mask, scale=scale, layout=layout,
                            per_token=True, fused=fused)
             # a row that sees one token has TV exactly 0 (Lean WitCert.Meters.tv_single_token)
-            bounds = tv_meter_batch(p, c, check=False, visible=mask.sum(dim=-1).view(n, 1, 1, qn))
+            if compiled:
+                assert fused_logits is not None
+                bounds = tv_meter_rows(fused_logits, c, mask)
+            else:
+                assert p is not None
+                bounds = tv_meter_batch(p, c, check=False,
+                                        visible=mask.sum(dim=-1).view(n, 1, 1, qn))
             bases.append(bounds.basis)
             theorems.update(dict.fromkeys(_METER))
             raw, eform = bounds.meter, bounds.eform
