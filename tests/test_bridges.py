@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import mpmath
 import numpy as np
@@ -15,12 +16,14 @@ from hypothesis import strategies as st
 from witcert_calculus import (
     AtConsume,
     AttentionTV,
+    Contract,
     InvalidValueError,
     LogitLinf,
     PremiseError,
     SelectorMass,
     Tier,
     empirical_ratio_bridge,
+    latent_witness_contract,
     pooling,
     rank_prefix_selection,
     rank_prefix_stable,
@@ -238,7 +241,8 @@ def test_empirical_bridge_makes_chains_empirical() -> None:
 
 def test_witness_contract_and_bad_arguments() -> None:
     w = witness_contract(AtConsume, witness_max=0.5)
-    assert w.bound(123.0).raw == 0.5
+    assert w.bound(0.0).raw == 0.5 and w.bound(123.0).raw == 123.5
+    assert (w.a, w.b) == (Fraction(1), Fraction(1, 2))
     with pytest.raises(InvalidValueError, match="scale"):
         score_bridge(AtConsume, scale=0.0, q_norm_max=1.0)
     with pytest.raises(InvalidValueError, match="q_norm_max"):
@@ -256,3 +260,44 @@ def test_every_bridge_names_a_lean_theorem() -> None:
         contract(PerTokenL2[AtConsume], PooledError[AtConsume], a=1, b=0,
                  theorem=bridges.THEOREMS["pooling.l2"], premises=(("w >= 0", False),),
                  name="pooling (l2 caliber)")
+
+
+def _norm_up(v: np.ndarray) -> Fraction:
+    """An exact upper bound on the Euclidean norm of a float vector (a stored witness)."""
+    sq = sum((Fraction(float(x)) ** 2 for x in v), Fraction(0))
+    root = Fraction(math.isqrt(math.ceil(sq * 2**80)) + 1, 2**40)
+    assert root * root >= sq
+    return root
+
+
+@pytest.mark.parametrize("make", [witness_contract, latent_witness_contract])
+def test_a_witness_after_an_inexact_stage_counts_the_upstream_error(
+        make: Callable[..., Contract[Any, Any]]) -> None:
+    """An entry stored from an inexact input is off from the exact one by the input's error
+    plus its stored residual: with the residual along the input's error the two add up, and a
+    witness contract that ignored its input (a = 0) would bound that by the witness alone."""
+    k = np.array([0.3, -1.2, 0.7, 2.0])
+    direction = np.array([1.0, -1.0, 1.0, 1.0]) / 2.0
+    first = k + 0.25 * direction  # stored once (residual norm 0.25) ...
+    second = first + 0.125 * direction  # ... and requantized (residual norm 0.125)
+    w1, w2 = _norm_up(first - k), _norm_up(second - first)
+    chained = make(AtConsume, witness_max=w1) >> make(AtConsume, witness_max=w2)
+    true_error = float(np.linalg.norm(second - k))
+    assert true_error > float(w2) + 0.1  # the case a = 0 gets wrong
+    assert chained.bound(0.0).value >= true_error
+    assert chained.tier is Tier.CERTIFIED and chained.b == w1 + w2
+
+
+@given(st.lists(st.tuples(st.floats(-4, 4), st.floats(-4, 4), st.floats(-4, 4)),
+                min_size=1, max_size=12),
+       st.sampled_from([1 / 64, 1 / 8, 1 / 2]), st.sampled_from([1 / 4, 1.0]))
+def test_two_quantizers_in_series_stay_within_the_chained_witnesses(
+        rows: list[tuple[float, float, float]], fine: float, coarse: float) -> None:
+    """Real rounding twice (a fine grid, then a coarse one), each stage's witness its stored
+    residual's norm rounded up: the chain bounds the final entry's distance from the exact one."""
+    k = np.array([x for x, _, _ in rows])
+    first = np.round(k / fine) * fine
+    second = np.round(first / coarse) * coarse
+    chained = (witness_contract(AtConsume, witness_max=_norm_up(first - k))
+               >> witness_contract(AtConsume, witness_max=_norm_up(second - first)))
+    assert chained.bound(0.0).value >= float(np.linalg.norm(second - k))

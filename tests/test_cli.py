@@ -96,9 +96,19 @@ def test_explain_prints_stages_theorem_statements_and_tier(
     assert main(["explain", SPEC]) == 0
     out = capsys.readouterr().out
     assert load_chain_spec(SPEC).explain() in out
-    for name in ("WitCert.Bridges.witness_sound", "WitCert.Analytic.softmax_tv_eform_sound"):
-        assert f"{name}:\n    {lookup(name).statement}" in out
+    for name in ("WitCert.Bridges.witness_triangle_sound",
+                 "WitCert.Analytic.softmax_tv_eform_sound"):
+        rec = lookup(name)
+        assert rec.axioms is not None and rec.axioms_scope in {"project", "complete"}
+        assert set(rec.axioms) <= {"propext", "Classical.choice", "Quot.sound"}
+        assert f"{name}:\n    {rec.statement}\n    {rec.describe_axioms()}\n" in out
+        assert rec.describe_axioms().startswith("axioms: " + (", ".join(rec.axioms) or "none"))
     assert out.rstrip().endswith("tier CERTIFIED")
+    assert main(["explain", SPEC, "--json"]) == 0
+    cited = [t for s in json.loads(capsys.readouterr().out)["stages"] for t in s["theorems"]]
+    assert cited and all(t["axioms"] == list(lookup(t["name"]).axioms or ())
+                         and t["axioms_text"] == lookup(t["name"]).describe_axioms()
+                         for t in cited)
 
 
 @pytest.mark.parametrize("suffix", [".json", ".toml"])
@@ -224,7 +234,7 @@ def test_formal_check_cross_checks_the_export(tmp_path: Path,
     assert "sync check" in out and "witcert formal check: ok" in out
     export = root / "formal" / "build" / "theorems.json"
     doc = json.loads(export.read_text())
-    cited = "WitCert.Bridges.witness_sound"
+    cited = "WitCert.Bridges.witness_triangle_sound"
     # a theorem the library cites, dropped from the export
     export.write_text(json.dumps({**doc, "theorems": [t for t in doc["theorems"]
                                                        if t["name"] != cited]}))

@@ -35,7 +35,7 @@ from witcert_calculus import (
     identity,
     weakest,
 )
-from reference.issued import proof, reading, stage
+from reference.issued import contract, proof, reading, stage
 
 K = KeyResidualAbs[AtConsume]
 L = LogitLinf[AtConsume]
@@ -282,14 +282,20 @@ def test_raw_is_never_below_the_value_and_the_value_never_loosens() -> None:
 
 
 def test_explain_total_shows_what_the_composite_bounds() -> None:
-    c = _eform_chain(0.02)
+    from witcert_calculus import score_bridge, softmax_tv_eform
+    # A stage with a = 0 and no transfer (a witness on an exact input, `witness_sound`) makes
+    # everything after it one number.
+    exact_input = contract(KeyResidualAbs[AtConsume], KeyResidualAbs[AtConsume], a=0,
+                           b=Fraction(0.02), theorem="WitCert.Bridges.witness_sound",
+                           name="witness on an exact input")
+    c = chain(exact_input, score_bridge(AtConsume, scale=64 ** -0.5, q_norm_max=12.0),
+              softmax_tv_eform(AtConsume))
     total = c.explain().splitlines()[-1]
     value = c.bound(0.0).value
     assert f"{value:.6g}" in total, total          # the constant it actually bounds: 0.0309183
     assert "0 * e_in + 1" in total and "(exp(2x) - 1) / 2" in total, total
     assert "for every e_in" in total
     # A composite that depends on e_in shows the affine part and the transfer it applies.
-    from witcert_calculus import score_bridge, softmax_tv_eform
     d = chain(score_bridge(AtConsume, scale=1.0, q_norm_max=2.0), softmax_tv_eform(AtConsume))
     line = d.explain().splitlines()[-1]
     assert "min(" in line and "0 * e_in + 1" in line and "(exp(2x) - 1) / 2" in line, line

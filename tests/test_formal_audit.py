@@ -323,7 +323,8 @@ def _audit_rows(export: dict[str, Any]) -> list[dict[str, Any]]:
     """What ``lake exe axiom_audit`` prints for this tree: one row per theorem (statements at
     another line width), plus theorems Lean generates and the sources never declare."""
     rows = [{"name": t["name"], "statement": t["statement"].replace(", ", ",\n    ", 1),
-             "axioms": ["propext"], "axiom_audit": "collectAxioms"} for t in export["theorems"]]
+             "axioms": t["axioms"][::-1], "axiom_audit": "collectAxioms"}
+            for t in export["theorems"]]
     rows.append({"name": "WitCert.Constraint.mk.injEq", "statement": "∀ (coeff bound : Rat) ...",
                  "axioms": [], "axiom_audit": "collectAxioms"})
     return rows
@@ -345,13 +346,19 @@ def test_the_audit_programs_output_converts_to_the_same_export(
     wasm = {t["name"]: (t["module"], t["statement"]) for t in wasm_export["theorems"]}
     official = {t["name"]: (t["module"], t["statement"]) for t in doc["theorems"]}
     assert official == wasm  # same names, modules, statements (whitespace normalized)
-    assert all(t["axioms"] == ["propext"] and t["axiom_audit"] == "collectAxioms"
-               for t in doc["theorems"])
+    # each row's axioms, sorted (the rows above carry the wasm build's, reversed)
+    assert {t["name"]: t["axioms"] for t in doc["theorems"]} == {
+        t["name"]: t["axioms"] for t in wasm_export["theorems"]}
+    assert all(t["axiom_audit"] == "collectAxioms" for t in doc["theorems"])
     # The statement lock and the shipped export read it as they read the wasm build's.
     statement_lock: Any = importlib.import_module("statement_lock")
     lock = statement_lock.load_lock(ROOT / statement_lock.LOCK)
     assert statement_lock.diff_message(lock, statement_lock.statements_of(doc), "x") is None
-    assert lean_driver.shipped_export(doc) == lean_driver.shipped_export(wasm_export)
+    official_ship = json.loads(lean_driver.shipped_export(doc))
+    wasm_ship = json.loads(lean_driver.shipped_export(wasm_export))
+    assert {t.pop("axioms_scope") for t in official_ship["theorems"]} == {"complete"}
+    assert {t.pop("axioms_scope") for t in wasm_ship["theorems"]} == {"project"}
+    assert official_ship == wasm_ship
 
 
 @pytest.mark.parametrize("fault, expected", [
@@ -400,6 +407,8 @@ PLANTED_MODULE = """module
 public section
 axiom rootAx : (1 : Nat) = 2
 theorem WitCert.Probe.uses_root_axiom : (1 : Nat) = 2 := rootAx
+theorem WitCert.Probe.through_a_lemma : (2 : Nat) = 1 := WitCert.Probe.uses_root_axiom.symm
+theorem WitCert.Probe.by_propext (a b : Prop) (h : a ↔ b) : a = b := propext h
 theorem WitCert.Probe.trusts : True := Lean.trustCompiler
 theorem WitCert.Probe.unproved : (1 : Nat) = 2 := sorryAx _ false
 theorem WitCert.Probe.honest : (1 : Nat) + 1 = 2 := rfl
@@ -435,11 +444,28 @@ def test_what_lean_compiled_is_checked_whatever_the_source_hid(stage_dir: Path) 
     assert code == 0, log
     kinds = lean_audit.lean_theorems(out, ["Planted"])
     assert kinds["axiom"] == [("rootAx", "Planted")]
-    assert {n for n, _ in kinds["theorem"] if not lean_audit.is_generated(n)} == {
-        "WitCert.Probe.uses_root_axiom", "WitCert.Probe.trusts", "WitCert.Probe.unproved",
-        "WitCert.Probe.honest", "WitCert.Probe.vacuous"}
+    probes = ["WitCert.Probe.uses_root_axiom", "WitCert.Probe.through_a_lemma",
+              "WitCert.Probe.by_propext", "WitCert.Probe.trusts", "WitCert.Probe.unproved",
+              "WitCert.Probe.honest", "WitCert.Probe.vacuous"]
+    assert {n for n, _ in kinds["theorem"] if not lean_audit.is_generated(n)} == set(probes)
     refs = lean_audit.olean_references(out / "Planted.olean")
     assert "rootAx" in refs["WitCert.Probe.uses_root_axiom"]
+    # Each theorem's axioms, followed through the compiled declarations (a lemma's included),
+    # as the export records them; the build's check refuses each one outside the three
+    closure = lean_audit.axiom_closure(out, ["Planted"], probes)
+    axioms = {n: found for n, (found, _core) in closure.items()}
+    assert axioms == {"WitCert.Probe.uses_root_axiom": ["rootAx"],
+                      "WitCert.Probe.through_a_lemma": ["rootAx"],
+                      "WitCert.Probe.by_propext": ["propext"],
+                      "WitCert.Probe.trusts": ["Lean.trustCompiler"],
+                      "WitCert.Probe.unproved": ["sorryAx"],
+                      "WitCert.Probe.honest": [], "WitCert.Probe.vacuous": []}
+    assert all(core > 0 for _found, core in closure.values())  # Eq, Nat, ... are core's
+    assert sorted(p.split(" (")[0] for p in lean_driver.axiom_problems(axioms, probes)) == [
+        "WitCert.Probe.through_a_lemma depends on rootAx",
+        "WitCert.Probe.trusts depends on Lean.trustCompiler",
+        "WitCert.Probe.unproved depends on sorryAx",
+        "WitCert.Probe.uses_root_axiom depends on rootAx"]
     assert lean_audit.trust_leaks(out, ["Planted"]) == [
         "Planted: Lean compiled WitCert.Probe.trusts, which uses Lean.trustCompiler",
         "Planted: Lean compiled WitCert.Probe.unproved, which uses sorryAx"]

@@ -104,6 +104,26 @@ def test_sync_check_fails_on_the_meter_core(scratch: Path) -> None:
     assert re.search(r"^\+example : Analytic\.eformCore ", proc.stderr, re.MULTILINE), proc.stderr
 
 
+@pytest.mark.parametrize("old, new, says", [
+    ("val = mp.tanh(mp.mpf(self.k.numerator) / self.k.denominator * xv)\n",
+     "val = mp.tanh(mp.mpf(self.k.numerator) / self.k.denominator * xv) / 2\n",
+     "returned 1/4 where its tanh gave 1/2"),
+    ("val = (mp.exp(2 * xv) - 1) / 2\n",
+     "val = (mp.exp(2 * xv) - 1) / (2 if xv < 3 else 6)\n",
+     "-example : Analytic.eformBridgeCore (2981 : Rat) = (1490 : Rat)"),
+    ("if 2 * xv > 700:", "if 2 * xv > 800:", "must saturate"),
+], ids=["tanh-value-halved", "eform-third-past-3", "eform-saturation-moved"])
+def test_sync_check_fails_on_a_drifted_bridge_value(scratch: Path, old: str, new: str,
+                                                    says: str) -> None:
+    """A transfer's value (not only its argument) is compared: the tanh bridges' value
+    halved, the e-form divided by 3 only at large arguments, its saturation moved."""
+    _edit(scratch / "witcert_calculus" / "contracts.py", old, new)
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert "FAILED: generated checks" in proc.stderr
+    assert says in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
 def test_sync_check_fails_on_a_changed_lock_statement(scratch: Path) -> None:
     lock = scratch / "formal" / "statements.lock.json"
     text = lock.read_text(encoding="utf-8")

@@ -57,14 +57,40 @@ def test_the_shipped_export_has_the_exporters_format() -> None:
     doc = json.loads(SHIPPED.read_text(encoding="utf-8"))
     assert doc["theorems"], "empty export"
     for t in doc["theorems"]:
-        assert set(t) >= {"name", "module", "statement"}
+        assert set(t) >= {"name", "module", "statement", "axioms", "axioms_scope"}
+        # the axioms read from what Lean compiled, within the allowed three, in each record
+        assert set(t["axioms"]) <= {"propext", "Classical.choice", "Quot.sound"}, t
+        rec = theorems.lookup(t["name"])
+        assert rec.axioms == tuple(sorted(t["axioms"])) and rec.axioms_scope == t["axioms_scope"]
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("axioms", "propext"), ("axioms", [""]), ("axioms", ["a b"]), ("axioms", [1]),
+    ("axioms", {"propext": 1}), ("axioms_scope", "all"), ("axioms_scope", 1)])
+def test_an_export_with_malformed_axioms_is_refused_by_entry(tmp_path: Path, field: str,
+                                                            value: object) -> None:
+    path = tmp_path / "theorems.json"
+    entry = {"name": "MyLake.Bridges.bad_axioms", "module": "MyLake.Bridges",
+             "statement": "True", "axioms": ["propext"], "axioms_scope": "complete"}
+    path.write_text(json.dumps({"theorems": [{**entry, field: value}]}), encoding="utf-8")
+    with pytest.raises(TheoremExportError, match=rf"theorems\[0\] has {field} "):
+        theorems.register_theorems(path)
+
+
+def test_the_axioms_are_described_with_how_far_they_were_followed() -> None:
+    rec = theorems.TheoremRecord("A.b", "A", "True", "x", ("propext",), "complete")
+    assert rec.describe_axioms() == "axioms: propext"
+    partial = theorems.TheoremRecord("A.b", "A", "True", "x", (), "project")
+    assert partial.describe_axioms().startswith("axioms: none (through this project's own")
+    assert "not recorded" in theorems.TheoremRecord("A.b", "A", "True", "x").describe_axioms()
 
 
 def _user_export(tmp_path: Path, statement: str = "∀ (x : Nat), x ≤ x + 1") -> Path:
     path = tmp_path / "theorems.json"
     path.write_text(json.dumps({"theorems": [
         {"name": "MyLake.Bridges.my_bridge_sound", "module": "MyLake.Bridges",
-         "statement": statement, "axioms": None, "axiom_audit": "wasm-source-scan"}]}),
+         "statement": statement, "axioms": ["propext"], "axioms_scope": "complete",
+         "axiom_audit": "collectAxioms"}]}),
         encoding="utf-8")
     return path
 
@@ -82,6 +108,7 @@ def test_a_user_export_makes_its_names_citable_and_explain_shows_the_origin(
     records = theorems.register_theorems(path)
     assert [r.name for r in records] == ["MyLake.Bridges.my_bridge_sound"]
     assert theorems.lookup("MyLake.Bridges.my_bridge_sound").origin == str(path.resolve())
+    assert theorems.lookup("MyLake.Bridges.my_bridge_sound").axioms == ("propext",)
     mine = schema().issue(AtConsume, b=Fraction(1, 2))
     assert mine.tier is Tier.CERTIFIED and mine.b == Fraction(1, 2)
     assert "with b=1/2" in mine.explain()

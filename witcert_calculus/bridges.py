@@ -61,7 +61,7 @@ from witcert_calculus.lean.theorems import (
     SOFTMAX_TV_AFFINE_SOUND,
     SOFTMAX_TV_EFORM_SOUND,
     SOFTMAX_TV_TANH_SOUND,
-    WITNESS_SOUND,
+    WITNESS_TRIANGLE_SOUND,
 )
 from witcert_calculus.numerics.validation import (
     FLOAT_MAX,
@@ -98,7 +98,8 @@ A = TypeVar("A", bound=Metric[Any])
 B = TypeVar("B", bound=Metric[Any])
 
 def _witness(witness_max: Fraction) -> Claim:
-    return Claim(a=0, b=witness_max)
+    # the stored entry's error is the input's error plus the stored residual (triangle inequality)
+    return Claim(a=1, b=witness_max)
 
 
 def _cauchy_schwarz(**norms: Fraction) -> Claim:
@@ -149,15 +150,16 @@ def _recurrence(a_steps: tuple[Fraction, ...], b_steps: tuple[Fraction, ...]) ->
 
 
 _CS = ("s * s * (Bridges.normSqFst l * Bridges.normSqSnd l)",)
-_WITNESS = ("p.fst ≤ 0 * e + w",)
+_WITNESS = ("normSqSum l ≤ (1 * e + w) * (1 * e + w)",)
 _EFORM = ("≤ 1 / 2 * (E.exp (2 * ε) - 1)",)
 _TANH = ("Analytic.tanhE E ((M - m) / 4)",)
 
 #: Each public rule of this module and the schema of the theorem that proves it.
 SCHEMAS: Final[dict[str, Schema]] = {rule: _builtin(schema) for rule, schema in {
-    "witness_contract": Schema(WITNESS_SOUND, KeyResidualAbs, KeyResidualAbs, ("witness_max",),
-                               _witness, states=_WITNESS, name="storage witness"),
-    "latent_witness_contract": Schema(WITNESS_SOUND, LatentResidual, LatentResidual,
+    "witness_contract": Schema(WITNESS_TRIANGLE_SOUND, KeyResidualAbs, KeyResidualAbs,
+                               ("witness_max",), _witness, states=_WITNESS,
+                               name="storage witness"),
+    "latent_witness_contract": Schema(WITNESS_TRIANGLE_SOUND, LatentResidual, LatentResidual,
                                       ("witness_max",), _witness, states=_WITNESS,
                                       name="latent witness"),
     "decompression_bridge": Schema(SCORE_BRIDGE_SOUND, LatentResidual, PerTokenMax,
@@ -213,12 +215,16 @@ THEOREMS: dict[str, str] = {
 
 def witness_contract(site: type[S], *, witness_max: Number
                      ) -> Contract[KeyResidualAbs[S], KeyResidualAbs[S]]:
-    """The residual is at most its stored witness: ``e_out <= 0 * e_in + witness_max``.
+    """A stored entry is within its input's error plus its witness: ``e_out <= e_in + witness_max``.
 
     A witness is the residual norm computed when the entry is written and rounded
-    upward when stored, so it bounds the residual deterministically.
+    upward when stored, so it bounds the stored residual deterministically. The stored entry's
+    distance from the exact one is at most the input's distance from it plus that residual (the
+    triangle inequality), so ``a = 1``: an entry stored from an exact input (``e_in = 0``) is
+    within the witness alone, and one stored from an already compressed input carries that
+    error forward.
 
-    Lean: ``WitCert.Bridges.witness_sound``.
+    Lean: ``WitCert.Bridges.witness_triangle_sound``.
 
     Args:
         site: where the residual is consumed, e.g. ``AtConsume``.
@@ -234,12 +240,12 @@ def witness_contract(site: type[S], *, witness_max: Number
 
 def latent_witness_contract(site: type[S], *, witness_max: Number
                             ) -> Contract[LatentResidual[S], LatentResidual[S]]:
-    """A latent entry's residual is at most its stored witness: ``e_out <= 0 * e_in + w``.
+    """A stored latent entry is within its input's error plus its witness: ``e_out <= e_in + w``.
 
     The latent cache's counterpart of :func:`witness_contract` (the theorem is stated for
-    any list of residual–witness pairs).
+    vectors of any length).
 
-    Lean: ``WitCert.Bridges.witness_sound``.
+    Lean: ``WitCert.Bridges.witness_triangle_sound``.
 
     Example:
         >>> from witcert_calculus import AtConsume

@@ -9,8 +9,8 @@ Commands (``witcert COMMAND --help`` documents each):
   ``1 - delta^(1/n)`` and ``ln(1/delta)/n``;
 - ``witcert explain SPEC [--site consume|write]``: a chain spec (text, or a ``.json`` /
   ``.toml`` file; :mod:`witcert_calculus.explore.chain_spec` documents the format) built and
-  explained: each stage's coefficients, evidence with the Lean statement of every theorem it cites,
-  tier;
+  explained: each stage's coefficients, evidence with the Lean statement and axioms of every
+  theorem it cites, tier;
 - ``witcert ledger replay TRACE [--plot PNG] [--points N]``: a recorded entry trace
   (:mod:`witcert_calculus.explore.entry_trace`; the demo writes one per scheme) replayed into the
   retention / per-step bound trade-off curve, printed and plotted;
@@ -135,11 +135,18 @@ def _explain(args: argparse.Namespace) -> dict[str, object]:
                "cap": None if s.cap is None else str(s.cap),
                "transfer": None if s.transfer is None else s.transfer.formula(),
                "tier": s.tier.name,
-               "theorems": [{"name": t, "statement": lookup(t).statement}
+               "theorems": [{"name": t, "statement": lookup(t).statement,
+                             "axioms": _listed(lookup(t).axioms),
+                             "axioms_scope": lookup(t).axioms_scope,
+                             "axioms_text": lookup(t).describe_axioms()}
                             for t in theorems_of(s.evidence)]} for s in c.parts]
     return {"name": c.name, "tier": c.tier.name, "a": str(c.a), "b": str(c.b),
             "delta": str(c.delta), "cap": None if c.cap is None else str(c.cap),
             "subset": c.subset, "stages": stages, "explain": c.explain()}
+
+
+def _listed(axioms: tuple[str, ...] | None) -> list[str] | None:
+    return None if axioms is None else list(axioms)
 
 
 def _explain_text(out: dict[str, Any]) -> str:
@@ -149,7 +156,7 @@ def _explain_text(out: dict[str, Any]) -> str:
         for t in st["theorems"]:
             if t["name"] not in seen:
                 seen.add(t["name"])
-                lines.append(f"  {t['name']}:\n    {t['statement']}")
+                lines.append(f"  {t['name']}:\n    {t['statement']}\n    {t['axioms_text']}")
     if not seen:
         lines.append("  (none: every stage is measured)")
     lines.append(f"tier {out['tier']}")

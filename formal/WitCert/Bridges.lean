@@ -18,7 +18,8 @@ Vectors are lists of coordinate pairs `(xᵢ, yᵢ)`, so two vectors always have
 ## Main definitions
 
 * `WitCert.Bridges.abs`: absolute value on `Rat`.
-* `WitCert.Bridges.dot`, `WitCert.Bridges.normSqFst`, `WitCert.Bridges.normSqSnd`.
+* `WitCert.Bridges.dot`, `WitCert.Bridges.normSqFst`, `WitCert.Bridges.normSqSnd`,
+  `WitCert.Bridges.normSqSum`.
 * `WitCert.Bridges.tv`: total variation `½ Σ |p - q|` of a list of probability pairs.
 * `WitCert.Bridges.recurrenceCoeffs`: the composed coefficients of a recurrence.
 * `WitCert.Bridges.selectionOffset`: the selection contract's offset `(m_out + m_in) / 2`.
@@ -27,6 +28,8 @@ Vectors are lists of coordinate pairs `(xᵢ, yᵢ)`, so two vectors always have
 
 * `WitCert.Bridges.witness_sound`: a residual below its stored witness gives the contract
   `e_out ≤ 0 * e_in + max witness`.
+* `WitCert.Bridges.witness_triangle_sound`: on an inexact input, the stored entry's error obeys
+  `‖d + r‖² ≤ (1 * e + w)²` when `‖d‖ ≤ e` and `‖r‖ ≤ w`.
 * `WitCert.Bridges.score_bridge_sound`: Cauchy–Schwarz, `(s ⟨q, d⟩)² ≤ s² ‖q‖² ‖d‖²`.
 * `WitCert.Bridges.pooling_max_caliber`: `|Σ wᵢ eᵢ| ≤ (Σ wᵢ) max |eᵢ|` for `wᵢ ≥ 0`.
 * `WitCert.Bridges.pooling_l2_caliber`: `(Σ wᵢ eᵢ)² ≤ (Σ wᵢ²)(Σ eᵢ²)`.
@@ -61,6 +64,10 @@ noncomputable def normSqFst (l : List (Rat × Rat)) : Rat := (l.map fun p => p.1
 
 /-- `‖y‖² = Σ yᵢ²` of the second coordinates. -/
 noncomputable def normSqSnd (l : List (Rat × Rat)) : Rat := (l.map fun p => p.2 * p.2).sum
+
+/-- `‖x + y‖² = Σ (xᵢ + yᵢ)²`, the squared norm of the sum of the two coordinate vectors. -/
+noncomputable def normSqSum (l : List (Rat × Rat)) : Rat :=
+  (l.map fun p => (p.1 + p.2) * (p.1 + p.2)).sum
 
 /-- A square is nonnegative. -/
 theorem mul_self_nonneg (x : Rat) : 0 ≤ x * x := by
@@ -120,6 +127,39 @@ theorem witness_sound (entries : List (Rat × Rat)) {w : Rat}
   intro p hp
   have := hr p hp
   have := hw p hp
+  grind
+
+/-- `‖x + y‖² = ‖x‖² + 2 ⟨x, y⟩ + ‖y‖²`. -/
+theorem normSqSum_eq (l : List (Rat × Rat)) :
+    normSqSum l = normSqFst l + 2 * dot l + normSqSnd l := by
+  induction l with
+  | nil => simp only [normSqSum, normSqFst, normSqSnd, dot, List.map_nil, List.sum_nil] <;> grind
+  | cons p l ih =>
+    simp only [normSqSum, normSqFst, normSqSnd, dot, List.map_cons, List.sum_cons] at ih ⊢
+    rw [ih]
+    grind
+
+/-- The storage witness on an inexact input (Python `witness_contract` and
+`latent_witness_contract`, `a = 1`, `b = witness_max`): if the input's error vector (first
+coordinates) has norm at most `e` and the stored residual (second coordinates) has norm at most
+its witness bound `w`, the stored entry's error, their sum, has norm at most `1 * e + w` (the
+triangle inequality, stated with squares: `Rat` has no square root). -/
+theorem witness_triangle_sound (l : List (Rat × Rat)) {e w : Rat} (he : 0 ≤ e) (hw : 0 ≤ w)
+    (hd : normSqFst l ≤ e * e) (hr : normSqSnd l ≤ w * w) :
+    normSqSum l ≤ (1 * e + w) * (1 * e + w) := by
+  have hs : 0 ≤ normSqSnd l := sum_sq_nonneg l (fun p => p.2)
+  have h1 := Lean.Grind.OrderedRing.mul_le_mul_of_nonneg_right hd hs
+  have h2 := Lean.Grind.OrderedRing.mul_le_mul_of_nonneg_left hr (mul_self_nonneg e)
+  have hc := dot_sq_le l
+  have hew : 0 ≤ e * w := Lean.Grind.OrderedRing.mul_nonneg he hw
+  have hdot : dot l ≤ e * w := by
+    by_cases h : dot l ≤ e * w
+    · exact h
+    · have hp : 0 < dot l - e * w := by grind
+      have hq : 0 < dot l + e * w := by grind
+      have := Lean.Grind.OrderedRing.mul_pos hp hq
+      grind
+  rw [normSqSum_eq]
   grind
 
 /-- The score bridge (Cauchy–Schwarz): for a query `q` and a key residual `d`, scaled by `s`,

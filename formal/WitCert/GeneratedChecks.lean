@@ -1058,6 +1058,21 @@ example : Analytic.eformArg (5/16 : Rat) = (5/8 : Rat) := by decide +kernel
 
 example : Analytic.eformBridgeCore (17/16 : Rat) = (1/32 : Rat) := by decide +kernel
 
+example : Analytic.eformArg (4 : Rat) = (8 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (2981 : Rat) = (1490 : Rat) := by decide +kernel
+
+example : Analytic.eformArg (7 : Rat) = (14 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (1202604 : Rat) = (1202603/2 : Rat) := by decide +kernel
+
+example : Analytic.eformArg (350 : Rat) = (700 : Rat) := by decide +kernel
+
+example :
+    Analytic.eformBridgeCore (1152921504606846977 : Rat) =
+      (576460752303423488 : Rat) := by
+  decide +kernel
+
 -- `bridges.selector_mass_eform`: `(exp(2x) - 1) / 2` at a rational stand-in for `exp`.
 
 example : Analytic.eformArg (1/8 : Rat) = (1/4 : Rat) := by decide +kernel
@@ -1075,6 +1090,21 @@ example : Analytic.eformBridgeCore (3/2 : Rat) = (1/4 : Rat) := by decide +kerne
 example : Analytic.eformArg (5/16 : Rat) = (5/8 : Rat) := by decide +kernel
 
 example : Analytic.eformBridgeCore (17/16 : Rat) = (1/32 : Rat) := by decide +kernel
+
+example : Analytic.eformArg (4 : Rat) = (8 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (2981 : Rat) = (1490 : Rat) := by decide +kernel
+
+example : Analytic.eformArg (7 : Rat) = (14 : Rat) := by decide +kernel
+
+example : Analytic.eformBridgeCore (1202604 : Rat) = (1202603/2 : Rat) := by decide +kernel
+
+example : Analytic.eformArg (350 : Rat) = (700 : Rat) := by decide +kernel
+
+example :
+    Analytic.eformBridgeCore (1152921504606846977 : Rat) =
+      (576460752303423488 : Rat) := by
+  decide +kernel
 
 -- `bridges.softmax_tv_affine`: the slope `exp(2 eps0)` on the domain `e_in <= eps0`; the library
 -- computes it as `2 (e-form) + 1`, at a rational stand-in for `exp`.

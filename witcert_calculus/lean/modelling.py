@@ -49,7 +49,7 @@ from witcert_calculus.lean.theorems import (
     TV_RETENTION_SOUND,
     TV_SINGLE_TOKEN,
     TV_TWO_SIDED_SOUND,
-    WITNESS_SOUND,
+    WITNESS_TRIANGLE_SOUND,
     LOGIT_BOUND_SOUND,
 )
 from witcert_calculus.numerics.validation import nonempty_text
@@ -181,7 +181,7 @@ _TV_FORMS: Final = (FLOAT_ROUNDING, SOFTMAX_AS_COMPUTED, ZERO_MASS_TOKENS)
 
 #: The modelling steps of each theorem the library cites, by theorem name.
 STEPS: Final[Mapping[str, tuple[ModellingStep, ...]]] = {
-    WITNESS_SOUND: (SQRT_ROUNDING, FLOAT_ROUNDING),
+    WITNESS_TRIANGLE_SOUND: (SQRT_ROUNDING, FLOAT_ROUNDING),
     SCORE_BRIDGE_SOUND: (SQRT_ROUNDING, FLOAT_ROUNDING),
     POOLING_L2_CALIBER: (SQRT_ROUNDING, FLOAT_ROUNDING),
     LOGIT_BOUND_SOUND: (SQRT_ROUNDING, FLOAT_ROUNDING),

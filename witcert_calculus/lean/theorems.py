@@ -15,7 +15,8 @@ Main declarations:
 - :class:`TheoremRecord`, :func:`lookup`, :func:`cited_theorems`, :func:`register_theorems`,
   :func:`registered_theorems`, :data:`BUILTIN_ORIGIN`.
 
-Each record carries the statement Lean elaborated (``lookup(COMP_SOUND).statement``). The
+Each record carries the statement Lean elaborated (``lookup(COMP_SOUND).statement``) and the
+axioms Lean listed for it (``lookup(COMP_SOUND).axioms``). The
 statements of the shipped export are also committed in ``formal/statements.lock.json``;
 ``tests/test_formal_lock.py`` fails when the export, this registry and the lock disagree
 (regenerate the lock deliberately with ``python scripts/statement_lock.py --update``).
@@ -80,7 +81,7 @@ __all__ = [
     "WEAKEST_IDEM",
     "WEAKEST_LE_LEFT",
     "WEAKEST_LE_RIGHT",
-    "WITNESS_SOUND",
+    "WITNESS_TRIANGLE_SOUND",
     "cited_theorems",
     "lookup",
     "register_theorems",
@@ -102,7 +103,7 @@ RANK_PREFIX_SELECTION_SOUND: Final = "WitCert.Bridges.rank_prefix_selection_soun
 RANK_PREFIX_STABLE: Final = "WitCert.Bridges.rank_prefix_stable"
 RECURRENCE_COMP_SOUND: Final = "WitCert.Bridges.recurrence_comp_sound"
 SCORE_BRIDGE_SOUND: Final = "WitCert.Bridges.score_bridge_sound"
-WITNESS_SOUND: Final = "WitCert.Bridges.witness_sound"
+WITNESS_TRIANGLE_SOUND: Final = "WitCert.Bridges.witness_triangle_sound"
 
 # ----------------------------------------------------------------------------- Contract
 
@@ -189,12 +190,37 @@ class TheoremRecord:
         statement: the statement as Lean elaborated and printed it.
         origin: where the name came from: :data:`BUILTIN_ORIGIN`, or the resolved path of
             a registered export file.
+        axioms: the axioms the theorem rests on, sorted; ``None`` when the export records
+            none (an export written before axioms were recorded).
+        axioms_scope: how far ``axioms`` reaches: ``"complete"`` (an official toolchain's
+            ``Lean.collectAxioms``), ``"project"`` (the WebAssembly build: followed through the
+            project's own compiled declarations up to core's, whose proofs its library does
+            not hold), or ``None`` when the export does not say.
     """
 
     name: str
     module: str
     statement: str
     origin: str
+    axioms: tuple[str, ...] | None = None
+    axioms_scope: str | None = None
+
+    def describe_axioms(self) -> str:
+        """The axioms as a reader should take them, with how far they were followed.
+
+        Example:
+            >>> lookup(COMP_SOUND).describe_axioms().startswith("axioms: ")
+            True
+        """
+        if self.axioms is None:
+            return "axioms: not recorded by its export"
+        listed = ", ".join(self.axioms) or "none"
+        if self.axioms_scope == "complete":
+            return f"axioms: {listed}"
+        if self.axioms_scope == "project":
+            return (f"axioms: {listed} (through this project's own proofs; the core theorems "
+                    "they use are core's, listed only by an official toolchain)")
+        return f"axioms: {listed} (the export does not say how far they were followed)"
 
 
 def _records(text: str, where: str, origin: str) -> list[TheoremRecord]:
@@ -218,8 +244,30 @@ def _records(text: str, where: str, origin: str) -> list[TheoremRecord]:
         if any(ch.isspace() for ch in name) or "." not in name:
             raise TheoremExportError(where, f"theorems[{i}] has the name {name!r}, which is not "
                                      "a qualified Lean name")
-        out.append(TheoremRecord(name, fields["module"], fields["statement"], origin))
+        entry = cast(dict[str, object], item)
+        scope = entry.get("axioms_scope")
+        if scope is not None and scope not in _AXIOMS_SCOPES:
+            raise TheoremExportError(where, f"theorems[{i}] has axioms_scope {scope!r}: one of "
+                                     f"{', '.join(_AXIOMS_SCOPES)} or null")
+        out.append(TheoremRecord(name, fields["module"], fields["statement"], origin,
+                                 _axioms(entry.get("axioms"), where, i),
+                                 None if scope is None else str(scope)))
     return out
+
+
+_AXIOMS_SCOPES: Final = ("complete", "project")
+
+
+def _axioms(value: object, where: str, i: int) -> tuple[str, ...] | None:
+    """An export entry's ``axioms``: absent or null (not recorded), or a list of names."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+            isinstance(a, str) and a and not any(ch.isspace() for ch in a)
+            for a in cast(list[object], value)):
+        raise TheoremExportError(where, f"theorems[{i}] has axioms {value!r}: a list of Lean "
+                                 "names or null")
+    return tuple(sorted(cast(list[str], value)))
 
 
 def _add(records: list[TheoremRecord], where: str) -> None:
@@ -276,7 +324,7 @@ def register_theorems(path: str | os.PathLike[str]) -> tuple[TheoremRecord, ...]
 
     The file is what ``scripts/lean_driver.py`` writes (``formal/build/theorems.json``): a
     JSON object whose list ``theorems`` holds ``name``, ``module`` and ``statement`` for
-    each theorem. Registering is append-only: a name already registered (built-in or from
+    each theorem, and ``axioms`` (a list of names, or null when not recorded). Registering is append-only: a name already registered (built-in or from
     another file) with a different statement is refused; the same file twice is a no-op.
 
     Args:
