@@ -63,6 +63,7 @@ from witcert_calculus import contracts as _contracts
 from witcert_calculus import metrics as M
 from witcert_calculus.meters import tv_forms as _tv_forms
 from witcert_calculus.bridges import (
+    decompression_bridge,
     pooling,
     rank_prefix_selection,
     selector_mass_eform,
@@ -70,10 +71,12 @@ from witcert_calculus.bridges import (
     softmax_tv_eform,
     softmax_tv_tanh,
     softmax_tv_tanh_osc,
+    score_bridge,
 )
 from witcert_calculus.accounting.budget import telescoping_delta, telescoping_spent
 from witcert_calculus.contracts import Contract, _proved  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.meters.witness import RopeLayout, logit_bound
 from witcert_calculus.meters.formats import (
     EPS,
     ETA,
@@ -646,21 +649,111 @@ def format_checks() -> list[str]:
     return out
 
 
+# ------------------------------------------------------------------ Cauchy-Schwarz coefficients
+
+
+def cauchy_schwarz_checks(rng: random.Random) -> list[str]:
+    """The score bridge's and the decompression bridge's slopes, the pooling l2 caliber and the
+    witness logit bound ``c``, by the library's own code, against the coefficients of the
+    statements that prove them (``score_bridge_sound``, ``pooling_l2_caliber``,
+    ``logit_bound_sound``). Rational inputs with exact square roots, so each check is exact."""
+    out = ["-- `bridges.score_bridge`, `decompression_bridge`: `score_bridge_sound` bounds the "
+           "squared\n-- error by `s * s * (‖q‖² ‖d‖²)`, so the slope `a` must satisfy "
+           "`a * a = s * s * (q * q)`.\n"]
+    for _ in range(4):
+        sc, q = Fraction(rng.randint(1, 16), 16), Fraction(rng.randint(0, 64), 8)
+        a = score_bridge(M.AtConsume, scale=float(sc), q_norm_max=float(q)).a
+        out.append(_example(f"{rat(a)} * {rat(a)} = {rat(sc)} * {rat(sc)} * ({rat(q)} * {rat(q)})"))
+        r = Fraction(rng.randint(0, 64), 8)
+        a = decompression_bridge(M.AtConsume, row_norm_max=float(r)).a
+        out.append(_example(f"{rat(a)} * {rat(a)} = 1 * 1 * ({rat(r)} * {rat(r)})"))
+    out.append("-- `bridges.pooling(...).l2`: `pooling_l2_caliber` bounds the squared pooled "
+               "error by\n-- `(Σ w²) (Σ e²)`, so the caliber `a` (rounded up) must satisfy "
+               "`Σ w² ≤ a * a`.\n")
+    for i in range(4):
+        ws = [Fraction(rng.randint(0, 8), 8) for _ in range(rng.randint(1, 6))]
+        a = pooling(M.AtConsume, weights=[float(w) for w in ws]).l2.a
+        items = ", ".join(rat(w) for w in ws)
+        out.append(f"/-- Pooling weights `poolL2{i}`. -/\ndef poolL2{i} : List Rat :=\n"
+                   f"  [{items}]\n")
+        out.append(f"example :\n    (poolL2{i}.map fun w => w * w).sum ≤\n      {rat(a)} *\n"
+                   f"        {rat(a)} := by\n  decide +kernel\n")
+    out.append("-- `witness.logit_bound`: `logit_bound_sound` bounds `|s ⟨q, r_t⟩|` by `s * Σ_b "
+               "‖q_b‖ w_tb`;\n-- query bands (one RoPE pair each) with exact norms `n_b`, so "
+               "the code's `c_t` must be at least\n-- `s * Σ_b n_b w_tb`.\n")
+    triples = ((3, 4, 5), (5, 12, 13), (8, 15, 17), (0, 0, 0), (7, 24, 25), (20, 21, 29))
+    for i in range(3):
+        picks = [triples[rng.randrange(len(triples))] for _ in range(rng.randint(1, 4))]
+        k = Fraction(1, 2 ** rng.randint(0, 4))
+        q = [Fraction(x) * k for t in picks for x in t[:2]]
+        norms = [Fraction(t[2]) * k for t in picks]
+        sc = Fraction(1, 2 ** rng.randint(1, 4))
+        w = [[Fraction(rng.randint(0, 32), 16) for _ in picks] for _ in range(2)]
+        c = logit_bound(np.array([float(x) for x in q]),
+                        np.array([[float(x) for x in row] for row in w]),
+                        layout=RopeLayout.INTERLEAVED, scale=float(sc)).values
+        for (x, y, _), n in zip(picks, norms, strict=True):
+            out.append(_example(f"{rat(Fraction(x) * k)} * {rat(Fraction(x) * k)} + "
+                                f"{rat(Fraction(y) * k)} * {rat(Fraction(y) * k)} = "
+                                f"{rat(n)} * {rat(n)}"))
+        for j, (row, ct) in enumerate(zip(w, c.tolist(), strict=True)):
+            pairs = ", ".join(f"({rat(n)}, {rat(wb)})" for n, wb in zip(norms, row, strict=True))
+            name = f"logitRow{i}{j}"
+            out.append(f"/-- Band norms and witnesses `{name}`. -/\ndef {name} : "
+                       f"List (Rat × Rat) :=\n  [{pairs}]\n")
+            out.append(_example(f"{rat(sc)} * ({name}.map fun e => e.1 * e.2).sum ≤ "
+                                f"{rat(Fraction(ct))}"))
+    return out
+
+
+VALUE_CHECKS: tuple[tuple[str, str, str], ...] = (
+    ("Series composition", "`Contract.__rshift__`: slope, offset, delta, tier, propagated cap",
+     "`Contract.comp` and its fields `a`, `b`, `delta`, `tier`, `cap`"),
+    ("Tier meets and decisions", "`tiers.weakest`, `tiers.decide_tier`",
+     "`Tier.weakest`, `Tier.decideTier`"),
+    ("Metric saturations", "`metrics.metric_info` saturations", "`Metric.saturation`"),
+    ("Telescoping budget", "`budget.telescoping_delta`, `budget.telescoping_spent`",
+     "`Ledger.telescopeDelta`, `Ledger.spent`"),
+    ("Pooling, max caliber", "`bridges.pooling(...).max`", "`Bridges.dot`, `Bridges.abs`"),
+    ("Rank-prefix selection", "`bridges.rank_prefix_selection` offset",
+     "`Bridges.selectionOffset`"),
+    ("Softmax-to-TV bridges: transfer coefficients",
+     "the transfers of `softmax_tv_tanh_osc`, `softmax_tv_tanh` (argument and value), "
+     "`softmax_tv_eform`, `selector_mass_eform` (to `2x = 700`, saturation past it), "
+     "`softmax_tv_affine` (slope and cap), `tv_forms._tanh_max_arg`",
+     "`Analytic.sharpOscArg`, `sharpLinfArg`, `eformArg`, `eformBridgeCore`, "
+     "`affineSlopeArg`"),
+    ("Meters: the e-form and two-sided cores", "`tv_forms._eform_raw`, `_two_sided_raw`",
+     "`Analytic.eformCore`, `twoSidedCore`"),
+    ("Formats: fp8 witnesses", "`formats.code_value`, `code_step`, `witness_exact`, every "
+     "code", "`Formats.codeValue`, `codeStep`, `witness`"),
+    ("Cauchy-Schwarz coefficients: slopes, l2 caliber, logit bound",
+     "`bridges.score_bridge`, `decompression_bridge` slopes, `pooling(...).l2`, "
+     "`witness.logit_bound`",
+     "the coefficients of `score_bridge_sound`, `pooling_l2_caliber`, `logit_bound_sound`"),
+)
+"""Each section of the generated file: its title, the Python code it runs, the Lean
+definitions it is compared with (formal/README.md lists them, with each section's count)."""
+
+
 def generate() -> str:
     """The complete generated file, deterministic for the fixed seed."""
     rng = random.Random(SEED)
     blocks: list[str] = [HEADER.format(seed=SEED), METER_TIES.format()]
-    sections: list[tuple[str, list[str]]] = [
-        ("Series composition", composition_checks(rng, 18)),
-        ("Tier meets and decisions", tier_checks(rng, 16)),
-        ("Metric saturations", saturation_checks()),
-        ("Telescoping budget", telescope_checks(rng, 8)),
-        ("Pooling, max caliber", pooling_checks(rng, 6)),
-        ("Rank-prefix selection", selection_checks(rng, 6)),
-        ("Softmax-to-TV bridges: transfer coefficients", bridge_checks()),
-        ("Meters: the e-form and two-sided cores", meter_checks()),
-        ("Formats: fp8 witnesses", format_checks()),
+    items_of = [
+        composition_checks(rng, 18),
+        tier_checks(rng, 16),
+        saturation_checks(),
+        telescope_checks(rng, 8),
+        pooling_checks(rng, 6),
+        selection_checks(rng, 6),
+        bridge_checks(),
+        meter_checks(),
+        format_checks(),
+        cauchy_schwarz_checks(random.Random(SEED + 2)),
     ]
+    sections = [(title, items) for (title, _, _), items
+                in zip(VALUE_CHECKS, items_of, strict=True)]
     for title, items in sections:
         blocks.append(f"/-! ### {title} -/\n")
         blocks.extend(items)

@@ -1,4 +1,9 @@
-"""Write the Python module <-> Lean file <-> theorem table of ``formal/README.md``.
+"""Write the generated tables of ``formal/README.md``.
+
+1. The Python module <-> Lean file <-> theorem table.
+2. The formulas compared by value: each section of ``WitCert/GeneratedChecks.lean``
+   (``gen_lean_checks.VALUE_CHECKS``), the Python code it runs, the Lean definitions it is
+   compared with, and how many kernel checks the committed file holds for it.
 
 For each module of the three packages, the theorems it cites are the constants it imports
 from ``witcert_calculus.lean.theorems``; the Lean file of each theorem is its module in the Lean
@@ -20,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "formal" / "README.md"
 BEGIN, END = "<!-- module-table:begin -->", "<!-- module-table:end -->"
+VBEGIN, VEND = "<!-- value-checks:begin -->", "<!-- value-checks:end -->"
+CHECKS = ROOT / "formal" / "WitCert" / "GeneratedChecks.lean"
 PACKAGES = {"witcert_calculus": ROOT / "witcert_calculus",
             "witcert_kernels": ROOT / "kernels" / "witcert_kernels",
             "witcert_adapters": ROOT / "adapters" / "witcert_adapters"}
@@ -66,15 +73,41 @@ def table() -> str:
     return "\n".join([BEGIN, *rows, END])
 
 
+def value_table() -> str:
+    """The formulas compared by value, markers included."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gen_lean_checks import VALUE_CHECKS
+
+    counts: dict[str, int] = {}
+    section = ""
+    for line in CHECKS.read_text(encoding="utf-8").splitlines():
+        if line.startswith("/-! ### ") and line.endswith(" -/"):
+            section = line[len("/-! ### "):-len(" -/")]
+        elif line.startswith("example"):
+            counts[section] = counts.get(section, 0) + 1
+    rows = ["| section | Python code run | compared with (Lean) | kernel checks |",
+            "|---|---|---|---|"]
+    rows += [f"| {title} | {python} | {lean} | {counts.get(title, 0)} |"
+             for title, python, lean in VALUE_CHECKS]
+    return "\n".join([VBEGIN, *rows, VEND])
+
+
+def _replace(text: str, begin: str, end: str, block: str) -> str | None:
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return None if not rest else head + block + tail
+
+
 def main() -> int:
     text = README.read_text(encoding="utf-8")
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    if not rest:
-        print(f"{README} has no {BEGIN} marker", file=sys.stderr)
-        return 1
-    README.write_text(head + table() + tail, encoding="utf-8")
-    print(f"wrote the module table of {README.relative_to(ROOT)}")
+    for begin, end, block in ((BEGIN, END, table()), (VBEGIN, VEND, value_table())):
+        new = _replace(text, begin, end, block)
+        if new is None:
+            print(f"{README} has no {begin} marker", file=sys.stderr)
+            return 1
+        text = new
+    README.write_text(text, encoding="utf-8")
+    print(f"wrote the generated tables of {README.relative_to(ROOT)}")
     return 0
 
 

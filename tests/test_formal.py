@@ -351,6 +351,17 @@ def test_formal_readme_module_table_is_current() -> None:
     assert render.table() in text, (
         "formal/README.md's module table is stale: run python scripts/render_formal_readme.py")
     assert "`witcert_calculus.bridges`" in render.table()
+    values = render.value_table()
+    assert values in text, (
+        "formal/README.md's list of value checks is stale: run "
+        "python scripts/render_formal_readme.py")
+    # every section of the generated file is listed, each with its kernel checks
+    rows = [r for r in values.splitlines() if r.startswith("| ") and not r.startswith("| section")]
+    generated = (FORMAL / "WitCert" / "GeneratedChecks.lean").read_text(encoding="utf-8")
+    titles = [t for t, _, _ in gen_lean_checks.VALUE_CHECKS]
+    assert [r.split(" | ")[0].removeprefix("| ") for r in rows] == titles
+    assert all(f"/-! ### {t} -/" in generated for t in titles)
+    assert all(int(r.rstrip(" |").rsplit("| ", 1)[-1]) > 0 for r in rows), values
 
 
 def test_the_exporter_runs_after_every_module() -> None:

@@ -124,6 +124,30 @@ def test_sync_check_fails_on_a_drifted_bridge_value(scratch: Path, old: str, new
     assert says in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("module, old, new, lean", [
+    ("bridges.py", "return Claim(a=math.prod(norms.values(), start=Fraction(1)), b=0)",
+     "return Claim(a=math.prod(norms.values(), start=Fraction(1)) / 2, b=0)",
+     "(403/64 : Rat) * (403/64 : Rat) ="),
+    ("bridges.py", "return Claim(a=_sqrt_up(sum((w * w for w in weights), Fraction(0))), b=0)",
+     "return Claim(a=_sqrt_up(sum((w * w for w in weights), Fraction(0))) / 2, b=0)",
+     "(1515789138671229/2251799813685248 : Rat) *"),
+    ("meters/witness.py", "c: F64 = np.asarray(prod.sum(axis=-1) * s, dtype=np.float64)",
+     "c: F64 = np.asarray(prod.sum(axis=-1) * s / 2, dtype=np.float64)",
+     "(485434383663105/140737488355328 : Rat) := by"),
+], ids=["score-slope-halved", "l2-caliber-halved", "logit-bound-halved"])
+def test_sync_check_fails_on_a_drifted_cauchy_schwarz_coefficient(
+        scratch: Path, module: str, old: str, new: str, lean: str) -> None:
+    """The score slope, the l2 pooling caliber and the witness logit bound `c`, each computed
+    by the library's code and compared with the coefficient of the statement that proves it."""
+    _edit(scratch / "witcert_calculus" / module, old, new)
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert "FAILED: generated checks" in proc.stderr
+    # the committed value of the drifted coefficient is a removed line of the diff
+    removed = [ln for ln in proc.stderr.splitlines() if ln.startswith("-")]
+    assert any(lean in ln for ln in removed), proc.stderr
+
+
 def test_sync_check_fails_on_a_changed_lock_statement(scratch: Path) -> None:
     lock = scratch / "formal" / "statements.lock.json"
     text = lock.read_text(encoding="utf-8")

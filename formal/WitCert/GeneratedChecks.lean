@@ -3355,6 +3355,167 @@ example :
        none] := by
   decide +kernel
 
+/-! ### Cauchy-Schwarz coefficients: slopes, l2 caliber, logit bound -/
+
+-- `bridges.score_bridge`, `decompression_bridge`: `score_bridge_sound` bounds the squared
+-- error by `s * s * (‖q‖² ‖d‖²)`, so the slope `a` must satisfy `a * a = s * s * (q * q)`.
+
+example :
+    (403/64 : Rat) * (403/64 : Rat) =
+      (13/16 : Rat) * (13/16 : Rat) * ((31/4 : Rat) * (31/4 : Rat)) := by
+  decide +kernel
+
+example : (11/2 : Rat) * (11/2 : Rat) = 1 * 1 * ((11/2 : Rat) * (11/2 : Rat)) := by decide +kernel
+
+example :
+    (123/64 : Rat) * (123/64 : Rat) =
+      (3/8 : Rat) * (3/8 : Rat) * ((41/8 : Rat) * (41/8 : Rat)) := by
+  decide +kernel
+
+example : (13/8 : Rat) * (13/8 : Rat) = 1 * 1 * ((13/8 : Rat) * (13/8 : Rat)) := by decide +kernel
+
+example :
+    (611/128 : Rat) * (611/128 : Rat) =
+      (13/16 : Rat) * (13/16 : Rat) * ((47/8 : Rat) * (47/8 : Rat)) := by
+  decide +kernel
+
+example : (1 : Rat) * (1 : Rat) = 1 * 1 * ((1 : Rat) * (1 : Rat)) := by decide +kernel
+
+example :
+    (15/32 : Rat) * (15/32 : Rat) =
+      (3/16 : Rat) * (3/16 : Rat) * ((5/2 : Rat) * (5/2 : Rat)) := by
+  decide +kernel
+
+example : (17/4 : Rat) * (17/4 : Rat) = 1 * 1 * ((17/4 : Rat) * (17/4 : Rat)) := by decide +kernel
+
+-- `bridges.pooling(...).l2`: `pooling_l2_caliber` bounds the squared pooled error by
+-- `(Σ w²) (Σ e²)`, so the caliber `a` (rounded up) must satisfy `Σ w² ≤ a * a`.
+
+/-- Pooling weights `poolL20`. -/
+def poolL20 : List Rat :=
+  [(0 : Rat), (1/4 : Rat), (5/8 : Rat)]
+
+example :
+    (poolL20.map fun w => w * w).sum ≤
+      (1515789138671229/2251799813685248 : Rat) *
+        (1515789138671229/2251799813685248 : Rat) := by
+  decide +kernel
+
+/-- Pooling weights `poolL21`. -/
+def poolL21 : List Rat :=
+  [(1/4 : Rat), (3/4 : Rat), (1/2 : Rat), (5/8 : Rat), (0 : Rat), (1/8 : Rat)]
+
+example :
+    (poolL21.map fun w => w * w).sum ≤
+      (1274432160431625/1125899906842624 : Rat) *
+        (1274432160431625/1125899906842624 : Rat) := by
+  decide +kernel
+
+/-- Pooling weights `poolL22`. -/
+def poolL22 : List Rat :=
+  [(5/8 : Rat), (5/8 : Rat), (1/4 : Rat), (7/8 : Rat)]
+
+example :
+    (poolL22.map fun w => w * w).sum ≤
+      (1428329508461653/1125899906842624 : Rat) *
+        (1428329508461653/1125899906842624 : Rat) := by
+  decide +kernel
+
+/-- Pooling weights `poolL23`. -/
+def poolL23 : List Rat :=
+  [(1/4 : Rat), (7/8 : Rat), (0 : Rat)]
+
+example :
+    (poolL23.map fun w => w * w).sum ≤
+      (4098337523072501/4503599627370496 : Rat) *
+        (4098337523072501/4503599627370496 : Rat) := by
+  decide +kernel
+
+-- `witness.logit_bound`: `logit_bound_sound` bounds `|s ⟨q, r_t⟩|` by `s * Σ_b ‖q_b‖ w_tb`;
+-- query bands (one RoPE pair each) with exact norms `n_b`, so the code's `c_t` must be at least
+-- `s * Σ_b n_b w_tb`.
+
+example :
+    (10 : Rat) * (10 : Rat) + (21/2 : Rat) * (21/2 : Rat) =
+      (29/2 : Rat) * (29/2 : Rat) := by
+  decide +kernel
+
+example :
+    (5/2 : Rat) * (5/2 : Rat) + (6 : Rat) * (6 : Rat) =
+      (13/2 : Rat) * (13/2 : Rat) := by
+  decide +kernel
+
+example :
+    (10 : Rat) * (10 : Rat) + (21/2 : Rat) * (21/2 : Rat) =
+      (29/2 : Rat) * (29/2 : Rat) := by
+  decide +kernel
+
+/-- Band norms and witnesses `logitRow00`. -/
+def logitRow00 : List (Rat × Rat) :=
+  [((29/2 : Rat), (15/16 : Rat)), ((13/2 : Rat), (15/8 : Rat)), ((29/2 : Rat), (1/8 : Rat))]
+
+example :
+    (1/8 : Rat) * (logitRow00.map fun e => e.1 * e.2).sum ≤
+      (485434383663105/140737488355328 : Rat) := by
+  decide +kernel
+
+/-- Band norms and witnesses `logitRow01`. -/
+def logitRow01 : List (Rat × Rat) :=
+  [((29/2 : Rat), (1/4 : Rat)), ((13/2 : Rat), (29/16 : Rat)), ((29/2 : Rat), (1/2 : Rat))]
+
+example :
+    (1/8 : Rat) * (logitRow01.map fun e => e.1 * e.2).sum ≤
+      (6377167441100813/2251799813685248 : Rat) := by
+  decide +kernel
+
+example : (3 : Rat) * (3 : Rat) + (4 : Rat) * (4 : Rat) = (5 : Rat) * (5 : Rat) := by decide +kernel
+
+/-- Band norms and witnesses `logitRow10`. -/
+def logitRow10 : List (Rat × Rat) :=
+  [((5 : Rat), (17/16 : Rat))]
+
+example :
+    (1/4 : Rat) * (logitRow10.map fun e => e.1 * e.2).sum ≤
+      (1495335813775363/1125899906842624 : Rat) := by
+  decide +kernel
+
+/-- Band norms and witnesses `logitRow11`. -/
+def logitRow11 : List (Rat × Rat) :=
+  [((5 : Rat), (19/16 : Rat))]
+
+example :
+    (1/4 : Rat) * (logitRow11.map fun e => e.1 * e.2).sum ≤
+      (3342515348439047/2251799813685248 : Rat) := by
+  decide +kernel
+
+example :
+    (7/4 : Rat) * (7/4 : Rat) + (6 : Rat) * (6 : Rat) =
+      (25/4 : Rat) * (25/4 : Rat) := by
+  decide +kernel
+
+example :
+    (7/4 : Rat) * (7/4 : Rat) + (6 : Rat) * (6 : Rat) =
+      (25/4 : Rat) * (25/4 : Rat) := by
+  decide +kernel
+
+/-- Band norms and witnesses `logitRow20`. -/
+def logitRow20 : List (Rat × Rat) :=
+  [((25/4 : Rat), (1 : Rat)), ((25/4 : Rat), (7/4 : Rat))]
+
+example :
+    (1/4 : Rat) * (logitRow20.map fun e => e.1 * e.2).sum ≤
+      (2418925581107205/562949953421312 : Rat) := by
+  decide +kernel
+
+/-- Band norms and witnesses `logitRow21`. -/
+def logitRow21 : List (Rat × Rat) :=
+  [((25/4 : Rat), (1 : Rat)), ((25/4 : Rat), (1/2 : Rat))]
+
+example :
+    (1/4 : Rat) * (logitRow21.map fun e => e.1 * e.2).sum ≤
+      (5277655813324811/2251799813685248 : Rat) := by
+  decide +kernel
+
 end
 
 end WitCert.GeneratedChecks
