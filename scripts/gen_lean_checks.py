@@ -29,6 +29,15 @@ The fp8 format witnesses are checked exhaustively: ``formats.code_value``,
 against ``WitCert.Formats.codeValue``, ``codeStep`` and ``witness`` (``WitCert/Formats.lean``,
 tied there to ``format_residual_le``).
 
+The Cauchy-Schwarz coefficients are compared with the statements that prove them: the score
+and decompression slopes (``a * a = s * s * (q * q)``), the l2 pooling caliber
+(``Σ w² ≤ a * a``) and the witness logit bound ``c`` (at least ``s Σ_b ‖q_b‖ w_b`` at query
+bands with exact norms). ``rounding.outward`` (with real margins) and ``rounding.add_up`` are
+checked exactly at float points. The meters' ``log A`` / ``log A-`` are compared, in the
+generator itself, with 50-digit evaluations of the statements' sums (:func:`log_a_checks`).
+:data:`VALUE_CHECKS` names each section's Python code and Lean definitions
+(``formal/README.md`` lists them).
+
 Usage::
 
     python scripts/gen_lean_checks.py          # rewrite the generated file
@@ -56,6 +65,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import mpmath
 import numpy as np
 
 from witcert_calculus import bridges as _bridges
@@ -77,6 +87,7 @@ from witcert_calculus.accounting.budget import telescoping_delta, telescoping_sp
 from witcert_calculus.contracts import Contract, _proved  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.meters.witness import RopeLayout, logit_bound
+from witcert_calculus.numerics.rounding import add_up, outward, tanh_margin, tv_margin
 from witcert_calculus.meters.formats import (
     EPS,
     ETA,
@@ -706,6 +717,51 @@ def cauchy_schwarz_checks(rng: random.Random) -> list[str]:
     return out
 
 
+# ------------------------------------------------------------------ outward rounding
+
+
+def rounding_checks() -> list[str]:
+    """``rounding.outward`` with real margins, and ``rounding.add_up``, at float points: each
+    reported value is at least the exact ``y (1 + gamma) + alpha`` (the rule's claim), resp. the
+    exact sum, as rationals the kernel compares."""
+    out = ["-- `rounding.outward(y, gamma, alpha)` is at least the exact `y * (1 + gamma) + "
+           "alpha`,\n-- with the margins of `tv_margin(4)` and `tanh_margin()`.\n"]
+    points = (1 / 3, 0.7, 123456.789, 2.0**-1060)
+    for margin in (tv_margin(4), tanh_margin()):
+        for y in points:
+            v = float(outward(np.array([y]), gamma=margin.gamma, alpha=margin.alpha)[0])
+            out.append(_example(f"({dyadic(Fraction(y))}) * (1 + {dyadic(Fraction(margin.gamma))})"
+                                f" + {dyadic(Fraction(margin.alpha))} ≤ {dyadic(Fraction(v))}"))
+    out.append("-- `rounding.add_up(a, b)` is at least the exact `a + b`.\n")
+    for a, b in ((1.0, 2.0**-60), (0.1, 0.2), (1e16, 1.0), (1 / 3, 2 / 3)):
+        v = float(add_up(np.array([a]), np.array([b]))[0])
+        out.append(_example(f"{dyadic(Fraction(a))} + {dyadic(Fraction(b))} ≤ "
+                            f"{dyadic(Fraction(v))}"))
+    return out
+
+
+def log_a_checks() -> None:
+    """``tv_forms``' ``log A`` and ``log A-`` at float inputs against 50-digit evaluations of
+    the statements' ``A = Σ p e^c`` and ``A- = Σ p e^-c`` (both branches: ``log1p`` of the
+    ``expm1`` sum, and the log-sum-exp where it overflows or cancels). ``exp`` has no Lean
+    definition to evaluate, so this check is Python's own, at high precision; it raises
+    ``SystemExit`` (failing the sync check) on a relative error above ``2^-40``."""
+    rows = (([0.5, 0.25, 0.25], [1e-8, 0.5, 3.0]), ([0.75, 0.25], [2.0, 0.0]),
+            ([0.5, 0.5], [800.0, 1.0]), ([0.125] * 8, [0.1 * i for i in range(8)]),
+            ([0.5, 0.5], [40.0, 60.0]))
+    with mpmath.workdps(50):
+        for p, c in rows:
+            pa, ca = np.array(p), np.array(c)
+            for name, fn, sign in (("_log_a_plus", _tv_forms._log_a_plus, 1),  # type: ignore[attr-defined]
+                                   ("_log_a_minus", _tv_forms._log_a_minus, -1)):  # type: ignore[attr-defined]
+                got = float(fn(pa, ca))
+                want = mpmath.log(mpmath.fsum(mpmath.mpf(pi) * mpmath.exp(sign * mpmath.mpf(ci))
+                                              for pi, ci in zip(p, c, strict=True)))
+                if abs(mpmath.mpf(got) - want) > mpmath.mpf(2) ** -40 * max(1, abs(want)):
+                    raise SystemExit(f"tv_forms.{name} at p = {p}, c = {c}: {got}, but the "
+                                     f"statement's log A is {mpmath.nstr(want, 17)} (50 digits)")
+
+
 VALUE_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("Series composition", "`Contract.__rshift__`: slope, offset, delta, tier, propagated cap",
      "`Contract.comp` and its fields `a`, `b`, `delta`, `tier`, `cap`"),
@@ -731,6 +787,8 @@ VALUE_CHECKS: tuple[tuple[str, str, str], ...] = (
      "`bridges.score_bridge`, `decompression_bridge` slopes, `pooling(...).l2`, "
      "`witness.logit_bound`",
      "the coefficients of `score_bridge_sound`, `pooling_l2_caliber`, `logit_bound_sound`"),
+    ("Outward rounding", "`rounding.outward` with `tv_margin`, `tanh_margin`; `rounding.add_up`",
+     "exact `y (1 + gamma) + alpha` and `a + b` over `Rat`"),
 )
 """Each section of the generated file: its title, the Python code it runs, the Lean
 definitions it is compared with (formal/README.md lists them, with each section's count)."""
@@ -751,7 +809,9 @@ def generate() -> str:
         meter_checks(),
         format_checks(),
         cauchy_schwarz_checks(random.Random(SEED + 2)),
+        rounding_checks(),
     ]
+    log_a_checks()
     sections = [(title, items) for (title, _, _), items
                 in zip(VALUE_CHECKS, items_of, strict=True)]
     for title, items in sections:

@@ -148,6 +148,26 @@ def test_sync_check_fails_on_a_drifted_cauchy_schwarz_coefficient(
     assert any(lean in ln for ln in removed), proc.stderr
 
 
+@pytest.mark.parametrize("module, old, new, says", [
+    ("numerics/rounding.py", "up = np.nextafter(value * (1.0 + gamma) + alpha, np.inf)",
+     "up = np.nextafter(value * (1.0 + gamma) + alpha, -np.inf)",
+     "-      dy 6004799503160715 54 := by"),
+    ("meters/tv_forms.py", "b: F64 = np.where(p > 0, p * np.expm1(c), 0.0).sum(axis=-1)",
+     "b: F64 = np.where(p > 0, p * np.expm1(c / 2), 0.0).sum(axis=-1)",
+     "tv_forms._log_a_plus at p = [0.5, 0.25, 0.25]"),
+], ids=["outward-inward", "log-a-half-c"])
+def test_sync_check_fails_on_drifted_rounding_or_log_a(scratch: Path, module: str, old: str,
+                                                       new: str, says: str) -> None:
+    """Outward rounding turned inward changes the kernel-checked values (the committed one is a
+    removed line); the meter's `log A` computed from `expm1(c / 2)` misses the statement's
+    `log Σ p e^c` at 50 digits, and the generator refuses."""
+    _edit(scratch / "witcert_calculus" / module, old, new)
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert "FAILED: generated checks" in proc.stderr
+    assert says in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
 def test_sync_check_fails_on_a_changed_lock_statement(scratch: Path) -> None:
     lock = scratch / "formal" / "statements.lock.json"
     text = lock.read_text(encoding="utf-8")

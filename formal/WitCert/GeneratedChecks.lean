@@ -3516,6 +3516,58 @@ example :
       (5277655813324811/2251799813685248 : Rat) := by
   decide +kernel
 
+/-! ### Outward rounding -/
+
+-- `rounding.outward(y, gamma, alpha)` is at least the exact `y * (1 + gamma) + alpha`,
+-- with the margins of `tv_margin(4)` and `tanh_margin()`.
+
+example :
+    (dy 6004799503160661 54) * (1 + dy 5 49) + dy 1 1068 ≤
+      dy 6004799503160715 54 := by
+  decide +kernel
+
+example :
+    (dy 3152519739159347 52) * (1 + dy 5 49) + dy 1 1068 ≤
+      dy 6305039478318751 53 := by
+  decide +kernel
+
+example :
+    (dy 8483885939586761 36) * (1 + dy 5 49) + dy 1 1068 ≤
+      dy 8483885939586837 36 := by
+  decide +kernel
+
+example : (dy 1 1060) * (1 + dy 5 49) + dy 1 1068 ≤ dy 16449 1074 := by decide +kernel
+
+example :
+    (dy 6004799503160661 54) * (1 + dy 1 51) + dy 1 1070 ≤
+      dy 6004799503160665 54 := by
+  decide +kernel
+
+example :
+    (dy 3152519739159347 52) * (1 + dy 1 51) + dy 1 1070 ≤
+      dy 3152519739159349 52 := by
+  decide +kernel
+
+example :
+    (dy 8483885939586761 36) * (1 + dy 1 51) + dy 1 1070 ≤
+      dy 4241942969793383 35 := by
+  decide +kernel
+
+example : (dy 1 1060) * (1 + dy 1 51) + dy 1 1070 ≤ dy 16401 1074 := by decide +kernel
+
+-- `rounding.add_up(a, b)` is at least the exact `a + b`.
+
+example : dy 1 0 + dy 1 60 ≤ dy 4503599627370497 52 := by decide +kernel
+
+example :
+    dy 3602879701896397 55 + dy 3602879701896397 54 ≤
+      dy 1351079888211149 52 := by
+  decide +kernel
+
+example : dy 10000000000000000 0 + dy 1 0 ≤ dy 10000000000000002 0 := by decide +kernel
+
+example : dy 6004799503160661 54 + dy 6004799503160661 53 ≤ dy 1 0 := by decide +kernel
+
 end
 
 end WitCert.GeneratedChecks
