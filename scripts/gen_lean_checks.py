@@ -743,23 +743,40 @@ def rounding_checks() -> list[str]:
 def log_a_checks() -> None:
     """``tv_forms``' ``log A`` and ``log A-`` at float inputs against 50-digit evaluations of
     the statements' ``A = Σ p e^c`` and ``A- = Σ p e^-c`` (both branches: ``log1p`` of the
-    ``expm1`` sum, and the log-sum-exp where it overflows or cancels). ``exp`` has no Lean
-    definition to evaluate, so this check is Python's own, at high precision; it raises
-    ``SystemExit`` (failing the sync check) on a relative error above ``2^-40``."""
+    ``expm1`` sum, and the log-sum-exp where it overflows or cancels), and the retention form
+    ``½ Σ p min(A e^c - 1, max(e^c / A- - 1, 1 - e^-c / A))`` (``tv_retention_sound``) from
+    them. ``exp`` has no Lean definition to evaluate, so this check is Python's own, at high
+    precision; it raises ``SystemExit`` (failing the sync check) on a relative error above
+    ``2^-40``."""
     rows = (([0.5, 0.25, 0.25], [1e-8, 0.5, 3.0]), ([0.75, 0.25], [2.0, 0.0]),
             ([0.5, 0.5], [800.0, 1.0]), ([0.125] * 8, [0.1 * i for i in range(8)]),
             ([0.5, 0.5], [40.0, 60.0]))
+    forms: Any = _tv_forms  # the module's private cores, run as the meters run them
     with mpmath.workdps(50):
         for p, c in rows:
             pa, ca = np.array(p), np.array(c)
-            for name, fn, sign in (("_log_a_plus", _tv_forms._log_a_plus, 1),  # type: ignore[attr-defined]
-                                   ("_log_a_minus", _tv_forms._log_a_minus, -1)):  # type: ignore[attr-defined]
-                got = float(fn(pa, ca))
+            for name, sign in (("_log_a_plus", 1), ("_log_a_minus", -1)):
+                got = float(getattr(forms, name)(pa, ca))
                 want = mpmath.log(mpmath.fsum(mpmath.mpf(pi) * mpmath.exp(sign * mpmath.mpf(ci))
                                               for pi, ci in zip(p, c, strict=True)))
                 if abs(mpmath.mpf(got) - want) > mpmath.mpf(2) ** -40 * max(1, abs(want)):
                     raise SystemExit(f"tv_forms.{name} at p = {p}, c = {c}: {got}, but the "
                                      f"statement's log A is {mpmath.nstr(want, 17)} (50 digits)")
+            if max(c) > 100:
+                continue  # e^c overflows float64: the retention form is inf there
+            la, lm = forms._log_a_plus(pa, ca), forms._log_a_minus(pa, ca)
+            got = float(forms._retention_raw(pa, ca, la, lm))
+            terms = list(zip(p, c, strict=True))
+            a = mpmath.fsum(mpmath.mpf(pi) * mpmath.exp(mpmath.mpf(ci)) for pi, ci in terms)
+            am = mpmath.fsum(mpmath.mpf(pi) * mpmath.exp(-mpmath.mpf(ci)) for pi, ci in terms)
+            want = mpmath.mpf(1) / 2 * mpmath.fsum(
+                mpmath.mpf(pi) * min(a * mpmath.exp(ci) - 1,
+                                     max(mpmath.exp(ci) / am - 1, 1 - mpmath.exp(-ci) / a))
+                for pi, ci in terms)
+            if abs(mpmath.mpf(got) - want) > mpmath.mpf(2) ** -40 * max(1, abs(want)):
+                raise SystemExit(f"tv_forms._retention_raw at p = {p}, c = {c}: {got}, but the "
+                                 f"statement's retention form is {mpmath.nstr(want, 17)} "
+                                 "(50 digits)")
 
 
 VALUE_CHECKS: tuple[tuple[str, str, str], ...] = (

@@ -155,12 +155,16 @@ def test_sync_check_fails_on_a_drifted_cauchy_schwarz_coefficient(
     ("meters/tv_forms.py", "b: F64 = np.where(p > 0, p * np.expm1(c), 0.0).sum(axis=-1)",
      "b: F64 = np.where(p > 0, p * np.expm1(c / 2), 0.0).sum(axis=-1)",
      "tv_forms._log_a_plus at p = [0.5, 0.25, 0.25]"),
-], ids=["outward-inward", "log-a-half-c"])
-def test_sync_check_fails_on_drifted_rounding_or_log_a(scratch: Path, module: str, old: str,
+    ("meters/tv_forms.py",
+     "out: F64 = 0.5 * np.where(p > 0, p * per, 0.0).sum(axis=-1)",
+     "out: F64 = 0.25 * np.where(p > 0, p * per, 0.0).sum(axis=-1)",
+     "tv_forms._retention_raw at p = [0.5, 0.25, 0.25]"),
+], ids=["outward-inward", "log-a-half-c", "retention-quarter"])
+def test_sync_check_fails_on_drifted_rounding_or_meter_value(scratch: Path, module: str, old: str,
                                                        new: str, says: str) -> None:
     """Outward rounding turned inward changes the kernel-checked values (the committed one is a
-    removed line); the meter's `log A` computed from `expm1(c / 2)` misses the statement's
-    `log Σ p e^c` at 50 digits, and the generator refuses."""
+    removed line); the meter's `log A` computed from `expm1(c / 2)`, or the retention form
+    halved again, misses the statement's value at 50 digits, and the generator refuses."""
     _edit(scratch / "witcert_calculus" / module, old, new)
     proc = _run(scratch)
     assert proc.returncode != 0
