@@ -19,7 +19,10 @@ Four checks:
    ``Lean.Elab`` / ``CommandElabM``). Library modules import only modules of the project (so no
    ``import Lean``); the official-toolchain audit program (:data:`PROGRAMS`) may import ``Lean``
    to call ``Lean.collectAxioms``, but every other rule applies to it. ``#guard_msgs``,
-   ``#check``, ``#print``, ``decide +kernel``, ``deriving`` and ``notation`` stay allowed.
+   ``#check``, ``#print``, ``decide +kernel`` and ``deriving`` stay allowed; ``notation`` and
+   ``infix``/``infixl``/``infixr``/``prefix``/``postfix`` are banned (a notation can print a
+   statement as the honest one while it elaborates to another term, and the development
+   declares none).
 2. **Theorem discovery** (:func:`declared_theorems`): every non-private ``theorem`` under the
    namespace, robust to ``public``/``noncomputable``/``@[expose]`` sections, named sections,
    nested and dotted namespaces, ``mutual`` blocks, ``open ... in`` prefixes, stacked attributes
@@ -120,6 +123,13 @@ RULES: tuple[Rule, ...] = (
     Rule("Lean.Elab", re.compile(r"(?<![\w'.])(?:Lean\.)?Elab\.[\w.]+"),
          "elaborator internals (Lean.Elab.Command and friends) can add declarations"),
     Rule("CommandElabM", _word("CommandElabM"), "command elaboration can add declarations"),
+    Rule("notation", _word("notation"),
+         "a notation can make a statement print as the honest one while it elaborates to "
+         "another term"),
+    Rule("infix/prefix/postfix", re.compile(r"(?<![\w'.])(?:infixl|infixr|infix|prefix|postfix)"
+                                            r"(?![\w'!?])"),
+         "an operator notation can make a statement print as the honest one while it "
+         "elaborates to another term"),
     Rule("instance on a core type", re.compile(
         r"(?<![\w'])instance(?![\w'])[^\n]*?:\s*(?:" + "|".join(sorted(_CORE_CLASS_WORDS))
         + r")\s+(?:" + "|".join(sorted(_CORE_TYPE_WORDS)) + r")(?![\w'])"),
@@ -130,8 +140,9 @@ keyword is banned wherever it stands as a word, not only at a line's start: afte
 or ``set_option o v in``, or after another command on the same line."""
 
 # A literal each rule's matches contain: a substring test skips most regex scans.
-_NEEDLES = {"instance on a core type": "instance", "axiom": "axiom", "decide +native": "native", "set_option debug.*": "debug.",
-            "initialize": "initialize", "meta": "meta", "Lean.Elab": "Elab."}
+_NEEDLES = {"instance on a core type": "instance", "axiom": "axiom", "decide +native": "native",
+            "set_option debug.*": "debug.", "initialize": "initialize", "meta": "meta",
+            "Lean.Elab": "Elab.", "infix/prefix/postfix": "fix"}
 
 PROGRAMS = frozenset({"AxiomAudit"})
 """Modules that are programs, not part of the library: they may ``import Lean`` (the audit

@@ -119,6 +119,11 @@ PLANTED = [
     ("open Lean.Elab.Command in\ndef planted := 0", "Lean.Elab"),
     ("def planted : CommandElabM Unit := pure ()", "CommandElabM"),
     ("import Lean", "import Lean"),
+    ("notation:50 a \" ≤ \" b => WitCert.Probe.always a b", "notation"),
+    ("local infixl:65 \" + \" => WitCert.Probe.always", "infix/prefix/postfix"),
+    ("scoped prefix:max \"√\" => Nat.sqrt", "infix/prefix/postfix"),
+    ("postfix:max \"!\" => Nat.factorial", "infix/prefix/postfix"),
+    ("infixr:30 \" ∧ \" => Or", "infix/prefix/postfix"),
     ("instance (priority := high) : LE Rat := ⟨fun _ _ => True⟩", "instance on a core type"),
     ("@[simp] instance plantedCoe : Coe Bool Nat := ⟨fun b => if b then 1 else 0⟩",
      "instance on a core type"),
@@ -155,6 +160,9 @@ EVASIONS = [
     ("def plantedRaw := r#\"x\"#\naxiom planted : False", "axiom", 1),
     ("open Nat in initialize planted : IO.Ref Nat ← IO.mkRef 0", "initialize", 0),
     ("def plantedOne := 1 meta def planted : Nat := 0", "meta", 0),
+    ("open Nat in notation:50 a \" ≤ \" b => WitCert.Probe.always a b", "notation", 0),
+    ("def plantedOne := 1 infix:50 \" ≤ \" => WitCert.Probe.always", "infix/prefix/postfix",
+     0),
 ]
 
 
@@ -202,7 +210,7 @@ def test_allowed_constructs_and_words_in_comments_and_strings_pass(tmp_path: Pat
         "def plantedRaw := r#\"an \"axiom\" and #exit\"#",
         "def plantedPrime (opaque' elab' : Nat) : Nat := opaque' + elab'",
         "theorem planted_meta_name (h_syntax : True) : True := h_syntax",
-        "notation \"⟪\" x \"⟫\" => (x : Nat)",
+        "theorem planted_words (notation_ infix' prefixed : Nat) : True := trivial",
         "open WitCert in",
         "theorem planted_open : True := trivial",
     ]))
