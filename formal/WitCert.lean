@@ -19,6 +19,7 @@ public import WitCert.Formats
 public import WitCert.Laws
 public import WitCert.Sampling
 public import WitCert.Semantic
+public import WitCert.Diagnosis
 public import WitCert.GeneratedChecks
 
 /-!

@@ -33,7 +33,8 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     ├── InjectionError               (RuntimeError) engine source an adapter cannot patch or restore
     ├── KernelBuildError             (RuntimeError) a compiled kernel that cannot be built or loaded
     ├── TheoremExportError           (ValueError)  a Lean export file that cannot be registered
-    └── ChainSpecError               (ValueError)  a chain spec that cannot be built
+    ├── ChainSpecError               (ValueError)  a chain spec that cannot be built
+    └── ConfoundedComparisonError    (ValueError)  two arms compared that differ in several knobs
 
 Main declarations:
 
@@ -51,6 +52,7 @@ __all__ = [
     "AllowanceMovedError",
     "BudgetExceededError",
     "ChainSpecError",
+    "ConfoundedComparisonError",
     "EngineMismatchError",
     "EvidenceMismatchError",
     "ForgedBoundError",
@@ -730,3 +732,29 @@ class ChainSpecError(WitcertError, ValueError):
 
     def _message(self) -> str:
         return f"chain spec: {self.where} {self.reason}"
+
+
+@final
+class ConfoundedComparisonError(WitcertError, ValueError):
+    """Two arms compared that differ in two or more knobs: no difference between their
+    outcomes can be attributed to one knob (``witcert_calculus.explore.diagnosis``; Lean
+    ``WitCert.Diagnosis.confounded_pair_unidentified``).
+
+    Args:
+        first: the first arm's name.
+        second: the second arm's name.
+        knobs: the knobs in which they differ, each with its two values.
+    """
+
+    def __init__(self, first: str, second: str,
+                 knobs: tuple[tuple[str, object, object], ...]) -> None:
+        self.first = first
+        self.second = second
+        self.knobs = knobs
+        super().__init__(first, second, knobs)
+
+    def _message(self) -> str:
+        differ = ", ".join(f"{k} ({a!r} vs {b!r})" for k, a, b in self.knobs)
+        return (f"arms {self.first!r} and {self.second!r} differ in {len(self.knobs)} knobs: "
+                f"{differ}; a comparison attributes an outcome to a knob only when the arms "
+                "differ in that knob alone (compare arms that change one knob at a time)")

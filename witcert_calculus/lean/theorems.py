@@ -40,6 +40,8 @@ __all__ = [
     "BOX_LOGIT_BOUND_SOUND",
     "BUILTIN_ORIGIN",
     "COMP_SOUND",
+    "CONFOUNDED_PAIR_UNIDENTIFIED",
+    "CONTROLLED_PAIR_ATTRIBUTES",
     "DECIDE_SATURATED_NE_CERTIFIED",
     "DITHER_LOGIT_TAIL",
     "ENTRY_FALLBACK_SOUND",
@@ -147,6 +149,11 @@ TV_TWO_SIDED_SOUND: Final = "WitCert.Meters.tv_two_sided_sound"
 # ----------------------------------------------------------------------------- Sampling
 
 SAMPLING_MISS_PROBABILITY: Final = "WitCert.Sampling.miss_probability_eq"
+
+# ----------------------------------------------------------------------------- Diagnosis
+
+CONFOUNDED_PAIR_UNIDENTIFIED: Final = "WitCert.Diagnosis.confounded_pair_unidentified"
+CONTROLLED_PAIR_ATTRIBUTES: Final = "WitCert.Diagnosis.controlled_pair_attributes"
 
 # ----------------------------------------------------------------------------- Tier
 
