@@ -32,8 +32,9 @@ tied there to ``format_residual_le``).
 The Cauchy-Schwarz coefficients are compared with the statements that prove them: the score
 and decompression slopes (``a * a = s * s * (q * q)``), the l2 pooling caliber
 (``Σ w² ≤ a * a``) and the witness logit bound ``c`` (at least ``s Σ_b ‖q_b‖ w_b`` at query
-bands with exact norms). ``rounding.outward`` (with real margins) and ``rounding.add_up`` are
-checked exactly at float points. The meters' ``log A`` / ``log A-`` are compared, in the
+bands with exact norms), and the output-error contract's slope (``2 M``) and offset (at least
+``Σ q ρ``, ``output_error_bound_vector_sound``). ``rounding.outward`` (with real margins) and
+``rounding.add_up`` are checked exactly at float points. The meters' ``log A`` / ``log A-`` are compared, in the
 generator itself, with 50-digit evaluations of the statements' sums (:func:`log_a_checks`).
 :data:`VALUE_CHECKS` names each section's Python code and Lean definitions
 (``formal/README.md`` lists them).
@@ -86,6 +87,7 @@ from witcert_calculus.bridges import (
 from witcert_calculus.accounting.budget import telescoping_delta, telescoping_spent
 from witcert_calculus.contracts import Contract, _proved  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
+from witcert_calculus.meters.output_bound import output_error_contract
 from witcert_calculus.meters.witness import RopeLayout, logit_bound
 from witcert_calculus.numerics.rounding import add_up, outward, tanh_margin, tv_margin
 from witcert_calculus.meters.formats import (
@@ -717,6 +719,31 @@ def cauchy_schwarz_checks(rng: random.Random) -> list[str]:
     return out
 
 
+# ------------------------------------------------------------------ the output-error contract
+
+
+def output_checks(rng: random.Random) -> list[str]:
+    """``output_bound.output_error_contract`` against ``output_error_bound_vector_sound``:
+    the slope is ``2 M`` exactly and the offset at least ``Σ_t q_t ρ_t``."""
+    out = ["-- `output_bound.output_error_contract`: `output_error_bound_vector_sound` bounds the "
+           "output\n-- error by `2 * TV * M + Σ q ρ`: slope `a = 2 * M`, offset `b ≥ Σ q ρ`.\n"]
+    for i in range(4):
+        n = rng.randint(1, 5)
+        cuts = sorted(rng.sample(range(1, 16), n - 1))
+        q = [Fraction(b - a, 16) for a, b in zip([0, *cuts], [*cuts, 16], strict=True)]
+        rho = [Fraction(rng.randint(0, 16), 32) for _ in range(n)]
+        m = Fraction(rng.randint(0, 64), 8)
+        k = output_error_contract(value_norm_max=float(m), p_tilde=np.array([float(x) for x in q]),
+                                  rho=np.array([float(x) for x in rho]))
+        name = f"outRow{i}"
+        pairs = ",\n    ".join(f"({rat(a)}, {rat(r)})" for a, r in zip(q, rho, strict=True))
+        out.append(f"/-- Weights and value errors `{name}`. -/\ndef {name} : List (Rat × Rat) :="
+                   f"\n  [{pairs}]\n")
+        out.append(_example(f"{rat(k.a)} = 2 * {rat(m)}"))
+        out.append(_example(f"({name}.map fun e => e.1 * e.2).sum ≤ {rat(k.b)}"))
+    return out
+
+
 # ------------------------------------------------------------------ outward rounding
 
 
@@ -806,6 +833,8 @@ VALUE_CHECKS: tuple[tuple[str, str, str], ...] = (
      "the coefficients of `score_bridge_sound`, `pooling_l2_caliber`, `logit_bound_sound`"),
     ("Outward rounding", "`rounding.outward` with `tv_margin`, `tanh_margin`; `rounding.add_up`",
      "exact `y (1 + gamma) + alpha` and `a + b` over `Rat`"),
+    ("The output-error contract", "`output_bound.output_error_contract`: slope and offset",
+     "the coefficients of `output_error_bound_vector_sound`"),
 )
 """Each section of the generated file: its title, the Python code it runs, the Lean
 definitions it is compared with (formal/README.md lists them, with each section's count)."""
@@ -827,6 +856,7 @@ def generate() -> str:
         format_checks(),
         cauchy_schwarz_checks(random.Random(SEED + 2)),
         rounding_checks(),
+        output_checks(random.Random(SEED + 3)),
     ]
     log_a_checks()
     sections = [(title, items) for (title, _, _), items

@@ -134,11 +134,16 @@ def test_sync_check_fails_on_a_drifted_bridge_value(scratch: Path, old: str, new
     ("meters/witness.py", "c: F64 = np.asarray(prod.sum(axis=-1) * s, dtype=np.float64)",
      "c: F64 = np.asarray(prod.sum(axis=-1) * s / 2, dtype=np.float64)",
      "(485434383663105/140737488355328 : Rat) := by"),
-], ids=["score-slope-halved", "l2-caliber-halved", "logit-bound-halved"])
+    ("meters/output_bound.py",
+     "return Claim(a=2 * Fraction(value_norm_max), b=_sum_upper(p_tilde, rho))",
+     "return Claim(a=Fraction(value_norm_max), b=_sum_upper(p_tilde, rho))",
+     "example : (63/4 : Rat) = 2 * (63/8 : Rat) := by decide +kernel"),
+], ids=["score-slope-halved", "l2-caliber-halved", "logit-bound-halved", "output-slope-halved"])
 def test_sync_check_fails_on_a_drifted_cauchy_schwarz_coefficient(
         scratch: Path, module: str, old: str, new: str, lean: str) -> None:
-    """The score slope, the l2 pooling caliber and the witness logit bound `c`, each computed
-    by the library's code and compared with the coefficient of the statement that proves it."""
+    """The score slope, the l2 pooling caliber, the witness logit bound `c` and the output
+    contract's slope, each computed by the library's code and compared with the coefficient of
+    the statement that proves it."""
     _edit(scratch / "witcert_calculus" / module, old, new)
     proc = _run(scratch)
     assert proc.returncode != 0

@@ -3568,6 +3568,62 @@ example : dy 10000000000000000 0 + dy 1 0 ≤ dy 10000000000000002 0 := by decid
 
 example : dy 6004799503160661 54 + dy 6004799503160661 53 ≤ dy 1 0 := by decide +kernel
 
+/-! ### The output-error contract -/
+
+-- `output_bound.output_error_contract`: `output_error_bound_vector_sound` bounds the output
+-- error by `2 * TV * M + Σ q ρ`: slope `a = 2 * M`, offset `b ≥ Σ q ρ`.
+
+/-- Weights and value errors `outRow0`. -/
+def outRow0 : List (Rat × Rat) :=
+  [((1/4 : Rat), (9/32 : Rat)),
+    ((3/16 : Rat), (15/32 : Rat)),
+    ((5/16 : Rat), (3/8 : Rat)),
+    ((1/8 : Rat), (1/8 : Rat)),
+    ((1/8 : Rat), (15/32 : Rat))]
+
+example : (63/4 : Rat) = 2 * (63/8 : Rat) := by decide +kernel
+
+example :
+    (outRow0.map fun e => e.1 * e.2).sum ≤
+      (1574500650975233/4503599627370496 : Rat) := by
+  decide +kernel
+
+/-- Weights and value errors `outRow1`. -/
+def outRow1 : List (Rat × Rat) :=
+  [((7/16 : Rat), (1/16 : Rat)),
+    ((3/16 : Rat), (3/32 : Rat)),
+    ((3/8 : Rat), (3/16 : Rat))]
+
+example : (23/2 : Rat) = 2 * (23/4 : Rat) := by decide +kernel
+
+example :
+    (outRow1.map fun e => e.1 * e.2).sum ≤
+      (8303511812964357/72057594037927936 : Rat) := by
+  decide +kernel
+
+/-- Weights and value errors `outRow2`. -/
+def outRow2 : List (Rat × Rat) :=
+  [((1 : Rat), (1/8 : Rat))]
+
+example : (11 : Rat) = 2 * (11/2 : Rat) := by decide +kernel
+
+example :
+    (outRow2.map fun e => e.1 * e.2).sum ≤
+      (4503599627370499/36028797018963968 : Rat) := by
+  decide +kernel
+
+/-- Weights and value errors `outRow3`. -/
+def outRow3 : List (Rat × Rat) :=
+  [((9/16 : Rat), (15/32 : Rat)),
+    ((7/16 : Rat), (3/32 : Rat))]
+
+example : (51/4 : Rat) = 2 * (51/8 : Rat) := by decide +kernel
+
+example :
+    (outRow3.map fun e => e.1 * e.2).sum ≤
+      (5488762045857795/18014398509481984 : Rat) := by
+  decide +kernel
+
 end
 
 end WitCert.GeneratedChecks
