@@ -34,8 +34,9 @@ and decompression slopes (``a * a = s * s * (q * q)``), the l2 pooling caliber
 (``Σ w² ≤ a * a``) and the witness logit bound ``c`` (at least ``s Σ_b ‖q_b‖ w_b`` at query
 bands with exact norms), and the output-error contract's slope (``2 M``) and offset (at least
 ``Σ q ρ``, ``output_error_bound_vector_sound``). ``rounding.outward`` (with real margins) and
-``rounding.add_up`` are checked exactly at float points. The meters' ``log A`` / ``log A-`` are compared, in the
-generator itself, with 50-digit evaluations of the statements' sums (:func:`log_a_checks`).
+``rounding.add_up`` are checked exactly at float points. The meters' ``log A`` / ``log A-`` and
+the retention form are compared, in the generator itself, with 50-digit evaluations of the
+statements' values (:func:`log_a_checks`).
 :data:`VALUE_CHECKS` names each section's Python code and Lean definitions
 (``formal/README.md`` lists them).
 
@@ -782,28 +783,24 @@ def log_a_checks() -> None:
     with mpmath.workdps(50):
         for p, c in rows:
             pa, ca = np.array(p), np.array(c)
-            for name, sign in (("_log_a_plus", 1), ("_log_a_minus", -1)):
-                got = float(getattr(forms, name)(pa, ca))
-                want = mpmath.log(mpmath.fsum(mpmath.mpf(pi) * mpmath.exp(sign * mpmath.mpf(ci))
-                                              for pi, ci in zip(p, c, strict=True)))
+            terms = [(mpmath.mpf(pi), mpmath.mpf(ci)) for pi, ci in zip(p, c, strict=True)]
+            a = mpmath.fsum(pi * mpmath.exp(ci) for pi, ci in terms)
+            am = mpmath.fsum(pi * mpmath.exp(-ci) for pi, ci in terms)
+            la, lm = forms._log_a_plus(pa, ca), forms._log_a_minus(pa, ca)
+            checks = [("_log_a_plus", la, mpmath.log(a), "log A"),
+                      ("_log_a_minus", lm, mpmath.log(am), "log A-")]
+            if max(c) <= 100:  # past it e^c overflows float64: the retention form is inf there
+                checks.append(("_retention_raw", forms._retention_raw(pa, ca, la, lm),
+                               mpmath.mpf(1) / 2 * mpmath.fsum(
+                                   pi * min(a * mpmath.exp(ci) - 1,
+                                            max(mpmath.exp(ci) / am - 1, 1 - mpmath.exp(-ci) / a))
+                                   for pi, ci in terms), "retention form"))
+            for name, value, want, what in checks:
+                got = float(value)
                 if abs(mpmath.mpf(got) - want) > mpmath.mpf(2) ** -40 * max(1, abs(want)):
                     raise SystemExit(f"tv_forms.{name} at p = {p}, c = {c}: {got}, but the "
-                                     f"statement's log A is {mpmath.nstr(want, 17)} (50 digits)")
-            if max(c) > 100:
-                continue  # e^c overflows float64: the retention form is inf there
-            la, lm = forms._log_a_plus(pa, ca), forms._log_a_minus(pa, ca)
-            got = float(forms._retention_raw(pa, ca, la, lm))
-            terms = list(zip(p, c, strict=True))
-            a = mpmath.fsum(mpmath.mpf(pi) * mpmath.exp(mpmath.mpf(ci)) for pi, ci in terms)
-            am = mpmath.fsum(mpmath.mpf(pi) * mpmath.exp(-mpmath.mpf(ci)) for pi, ci in terms)
-            want = mpmath.mpf(1) / 2 * mpmath.fsum(
-                mpmath.mpf(pi) * min(a * mpmath.exp(ci) - 1,
-                                     max(mpmath.exp(ci) / am - 1, 1 - mpmath.exp(-ci) / a))
-                for pi, ci in terms)
-            if abs(mpmath.mpf(got) - want) > mpmath.mpf(2) ** -40 * max(1, abs(want)):
-                raise SystemExit(f"tv_forms._retention_raw at p = {p}, c = {c}: {got}, but the "
-                                 f"statement's retention form is {mpmath.nstr(want, 17)} "
-                                 "(50 digits)")
+                                     f"statement's {what} is {mpmath.nstr(want, 17)} "
+                                     "(50 digits)")
 
 
 VALUE_CHECKS: tuple[tuple[str, str, str], ...] = (

@@ -499,9 +499,9 @@ def axiom_closure(olean_dir: Path, modules: Iterable[str], names: Iterable[str]
     refs: dict[str, set[str]] = {}
     kinds: dict[str, str] = {}
     for module in modules:
-        path = _olean_path(olean_dir, module)
-        refs.update(olean_references(path))
-        kinds.update((n, k) for k, n in olean_constants(path))
+        for kind, name, used in _module_references(_olean_path(olean_dir, module)):
+            refs[name] = used
+            kinds[name] = kind
     out: dict[str, tuple[list[str], int]] = {}
     for name in names:
         seen: set[str] = set()
@@ -532,12 +532,17 @@ def olean_references(olean: Path) -> dict[str, set[str]]:
     Raises:
         OleanError: if the files are not in the expected format.
     """
+    return {name: refs for _kind, name, refs in _module_references(olean)}
+
+
+def _module_references(olean: Path) -> list[tuple[str, str, set[str]]]:
+    """(kind, name, referenced constants) of every constant a compiled module declares."""
     try:
-        out: dict[str, set[str]] = {}
+        out: list[tuple[str, str, set[str]]] = []
         for kind, name, mem, val in _module_constants(olean):
             _t, constant_val = mem.fields(val[0])
             roots = [constant_val[2]] + ([val[1]] if kind in _WITH_VALUE else [])
-            out[name] = _used_constants(mem, roots)
+            out.append((kind, name, _used_constants(mem, roots)))
         return out
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise OleanError(f"{olean}: unreadable ({exc})") from None

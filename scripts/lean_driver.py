@@ -95,13 +95,14 @@ IMPORT = re.compile(r"^\s*(?:public\s+)?(?:meta\s+)?import\s+(\S+)", re.MULTILIN
 WASM_AUDIT = ("wasm: each exported theorem's axioms, followed through the project's own "
               "compiled declarations (Lean's Expr trees in the .olean files) up to core's, all "
               "among the allowed ones; no error, no `declaration uses 'sorry'` warning in "
-              "the compile output; the source audit of scripts/lean_audit.py passed (no sorry/admit, no axiom "
-              "declaration, no native_decide / decide +native / ofReduceBool / implemented_by / "
+              "the compile output; the source audit of scripts/lean_audit.py passed (no "
+              "sorry/admit, no axiom declaration, no native_decide / decide +native / ofReduceBool / implemented_by / "
               "extern / unsafe / opaque / set_option debug.*, no meta code that can add "
               "declarations, library imports only from the project); the compiled .olean files "
               "hold no axiom or opaque constant of any name and no constant whose type or proof "
               "refers to sorryAx / Lean.ofReduceBool / Lean.ofReduceNat / Lean.trustCompiler, "
               "and their user-written theorems are exactly the exported ones")
+
 OFFICIAL_ONLY = {"AxiomAudit": "runs Lean.collectAxioms; the wasm Lean cannot generate its code "
                                "(its Init lacks the private Array helpers the program needs) and "
                                "cannot run it. Build and run it with `lake exe axiom_audit`."}

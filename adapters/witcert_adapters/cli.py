@@ -33,9 +33,12 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from witcert_calculus.errors import WitcertError
+
+if TYPE_CHECKING:
+    from witcert_calculus.lean.theorems import TheoremRecord
 
 __all__ = ["build_parser", "main"]
 
@@ -135,18 +138,17 @@ def _explain(args: argparse.Namespace) -> dict[str, object]:
                "cap": None if s.cap is None else str(s.cap),
                "transfer": None if s.transfer is None else s.transfer.formula(),
                "tier": s.tier.name,
-               "theorems": [{"name": t, "statement": lookup(t).statement,
-                             "axioms": _listed(lookup(t).axioms),
-                             "axioms_scope": lookup(t).axioms_scope,
-                             "axioms_text": lookup(t).describe_axioms()}
-                            for t in theorems_of(s.evidence)]} for s in c.parts]
+               "theorems": [_cited(lookup(t)) for t in theorems_of(s.evidence)]}
+              for s in c.parts]
     return {"name": c.name, "tier": c.tier.name, "a": str(c.a), "b": str(c.b),
             "delta": str(c.delta), "cap": None if c.cap is None else str(c.cap),
             "subset": c.subset, "stages": stages, "explain": c.explain()}
 
 
-def _listed(axioms: tuple[str, ...] | None) -> list[str] | None:
-    return None if axioms is None else list(axioms)
+def _cited(rec: TheoremRecord) -> dict[str, object]:
+    return {"name": rec.name, "statement": rec.statement,
+            "axioms": None if rec.axioms is None else list(rec.axioms),
+            "axioms_scope": rec.axioms_scope, "axioms_text": rec.describe_axioms()}
 
 
 def _explain_text(out: dict[str, Any]) -> str:

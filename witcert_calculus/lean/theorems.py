@@ -331,8 +331,9 @@ def register_theorems(path: str | os.PathLike[str]) -> tuple[TheoremRecord, ...]
 
     The file is what ``scripts/lean_driver.py`` writes (``formal/build/theorems.json``): a
     JSON object whose list ``theorems`` holds ``name``, ``module`` and ``statement`` for
-    each theorem, and ``axioms`` (a list of names, or null when not recorded). Registering is append-only: a name already registered (built-in or from
-    another file) with a different statement is refused; the same file twice is a no-op.
+    each theorem, and ``axioms`` (a list of names, or null when not recorded). Registering is
+    append-only: a name already registered (built-in or from another file) with a different
+    statement is refused; the same file twice is a no-op.
 
     Args:
         path: the export file; its resolved path is recorded as each name's origin.
