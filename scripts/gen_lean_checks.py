@@ -36,7 +36,8 @@ bands with exact norms), and the output-error contract's slope (``2 M``) and off
 ``Σ q ρ``, ``output_error_bound_vector_sound``). ``rounding.outward`` (with real margins) and
 ``rounding.add_up`` are checked exactly at float points. The meters' ``log A`` / ``log A-`` and
 the retention form are compared, in the generator itself, with 50-digit evaluations of the
-statements' values (:func:`log_a_checks`).
+statements' values (:func:`log_a_checks`), and each rounding margin with the error it claims
+to cover, in 50-digit arithmetic at adversarial points (``scripts/margin_checks.py``).
 :data:`VALUE_CHECKS` names each section's Python code and Lean definitions
 (``formal/README.md`` lists them).
 
@@ -70,6 +71,7 @@ from typing import Any
 import mpmath
 import numpy as np
 
+from margin_checks import margin_checks
 from witcert_calculus import bridges as _bridges
 from witcert_calculus import contracts as _contracts
 from witcert_calculus import metrics as M
@@ -856,6 +858,7 @@ def generate() -> str:
         output_checks(random.Random(SEED + 3)),
     ]
     log_a_checks()
+    margin_checks()
     sections = [(title, items) for (title, _, _), items
                 in zip(VALUE_CHECKS, items_of, strict=True)]
     for title, items in sections:

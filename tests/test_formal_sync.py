@@ -20,7 +20,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path("scripts") / "check_formal_sync.sh"
-NEEDED = (SCRIPT, Path("scripts") / "gen_lean_checks.py", Path("scripts") / "statement_lock.py",
+NEEDED = (SCRIPT, Path("scripts") / "gen_lean_checks.py", Path("scripts") / "margin_checks.py",
+          Path("scripts") / "statement_lock.py",
           Path("scripts") / "check_schemas.py",
           Path("formal") / "WitCert" / "GeneratedChecks.lean",
           Path("formal") / "statements.lock.json")
@@ -175,6 +176,26 @@ def test_sync_check_fails_on_drifted_rounding_or_meter_value(scratch: Path, modu
     assert proc.returncode != 0
     assert "FAILED: generated checks" in proc.stderr
     assert says in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("old, new, says", [
+    ("return Margin(4.0 * (tokens + 16) * UNIT_ROUNDOFF, tokens * TINY)",
+     "return Margin(0.0, 0.0)", "tv_margin(4096) for tv_forms._eform_raw"),
+    ("return Margin(4 * UNIT_ROUNDOFF, TINY)", "return Margin(0.0, 0.0)",
+     "tanh_margin() for np.tanh"),
+    ("return Margin(4.0 * (tokens + 16) * UNIT_ROUNDOFF, tokens * TINY)",
+     "return Margin(2.0**-60, tokens * TINY)", "tv_margin("),
+], ids=["tv-margin-zero", "tanh-margin-zero", "tv-margin-below-the-error"])
+def test_sync_check_fails_on_a_margin_below_the_error_it_covers(scratch: Path, old: str, new: str,
+                                                                says: str) -> None:
+    """A rounding margin smaller than the float error of the formula it covers, at the
+    adversarial points of scripts/margin_checks.py (50-digit evaluation), fails the sync check
+    with the margin, the form and the point named."""
+    _edit(scratch / "witcert_calculus" / "numerics" / "rounding.py", old, new)
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert "FAILED: generated checks" in proc.stderr
+    assert says in proc.stderr and "more than the margin's" in proc.stderr, proc.stderr
 
 
 def test_sync_check_fails_on_a_changed_lock_statement(scratch: Path) -> None:
