@@ -858,7 +858,6 @@ def generate() -> str:
         output_checks(random.Random(SEED + 3)),
     ]
     log_a_checks()
-    margin_checks()
     sections = [(title, items) for (title, _, _), items
                 in zip(VALUE_CHECKS, items_of, strict=True)]
     for title, items in sections:
@@ -876,15 +875,17 @@ def main(argv: list[str] | None = None) -> int:
     text = generate()
     if args.check:
         current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
-        if current != text:
+        stale = current != text
+        if stale:
             print(f"{TARGET} is stale: run python scripts/gen_lean_checks.py", file=sys.stderr)
             diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(),
                                              "committed", "regenerated", n=1, lineterm=""))
             print("\n".join(diff[:60]), file=sys.stderr)
             if len(diff) > 60:
                 print(f"... ({len(diff) - 60} more diff lines)", file=sys.stderr)
-            return 1
-        return 0
+        margin_checks()  # after the diff: a drifted formula is reported by both
+        return 1 if stale else 0
+    margin_checks()
     TARGET.write_text(text, encoding="utf-8")
     print(f"wrote {TARGET} ({text.count('decide +kernel')} kernel checks)")
     return 0

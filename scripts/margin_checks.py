@@ -20,12 +20,22 @@ the offending point (``scripts/gen_lean_checks.py`` runs it, so the fast sync ch
 
 from __future__ import annotations
 
+import contextlib
+import math
+from collections.abc import Iterator
+from fractions import Fraction
+from types import ModuleType
 from typing import Any
 
 import mpmath
 import numpy as np
 
+from witcert_calculus.meters import dither as _dither
+from witcert_calculus.meters import formats as _formats
+from witcert_calculus.meters import output_bound as _output_bound
 from witcert_calculus.meters import tv_forms as _tv_forms
+from witcert_calculus.meters import witness as _witness
+from witcert_calculus.meters.witness import RopeLayout
 from witcert_calculus.numerics.rounding import tanh_margin, tv_margin
 
 SEED = 20261206
@@ -39,9 +49,22 @@ MARGIN_CHECKS: tuple[tuple[str, str, str], ...] = (
      "`gamma (1 + abs(log A) + abs(log A-) + max c) abs(v) + alpha`"),
     ("`rounding.tanh_margin()`", "`np.tanh` as `tv_forms._tanh_max` calls it",
      "50-digit `tanh x`; error at most `gamma abs(v) + alpha`"),
+    ("`rounding.band_norm_margin(size)`", "`witness._band_norms_upper` (scaled band norms)",
+     "50-digit `sqrt(Σ_c x_c²)` per band; error at most `gamma v + alpha amax + TINY`"),
+    ("`rounding.logit_margin(bands, scale)`",
+     "`witness.logit_bound`, `formats.format_logit_bound`",
+     "exact `scale Σ_b w_b n_b` at the same float band norms `n_b` (or `abs(q_c)`)"),
+    ("`rounding.sum_margin(terms)`", "`output_bound._sum_upper`", "exact `Σ_t p_t ρ_t`"),
+    ("`rounding.variance_margin(d, blocks, scale)`", "`dither.dither_variance_proxy`",
+     "exact `scale² Σ_c q_c² s_{t,c}² / 12` from `DitheredKeys.channel_scales`"),
+    ("`rounding.grid_mean_margin(d, blocks, scale)`", "`dither.dither_mean_offset`",
+     "exact `scale Σ_c abs(q_c) s_{t,c} 2^-25` from `DitheredKeys.channel_scales`"),
+    ("`rounding.radius_margin()`", "`dither.subgaussian_radius`",
+     "50-digit `sqrt(2 v log(2 S / delta))`"),
 )
 """Each margin checked: its name, the Python code it covers, the exact evaluation it is
-compared with."""
+compared with. The torch ports' ``dot_margin`` and ``cast_margin`` are not evaluated here (they
+need torch); the kernels' tests compare those ports with the numpy meters above."""
 
 
 def _tv_rows() -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
@@ -112,6 +135,126 @@ def _tanh_margin_checks() -> int:
     return int(xs.size)
 
 
+@contextlib.contextmanager
+def _raw(module: ModuleType) -> Iterator[list[tuple[Any, Any, Any, Any]]]:
+    """Run ``module``'s code with its outward step recording ``(value, gamma, alpha, exact)``
+    and returning the value unchanged: the float evaluation before the margin is applied."""
+    calls: list[tuple[Any, Any, Any, Any]] = []
+    real = getattr(module, "outward")
+
+    def record(value: Any, *, gamma: Any, alpha: Any, exact: Any = None) -> Any:
+        calls.append((np.asarray(value, dtype=np.float64), gamma, alpha, exact))
+        return value
+
+    setattr(module, "outward", record)
+    try:
+        yield calls
+    finally:
+        setattr(module, "outward", real)
+
+
+def _entries(name: str, where: str, call: tuple[Any, Any, Any, Any], wants: list[Any]) -> int:
+    """Each recorded value against its exact value, within the recorded margins."""
+    value, gamma, alpha, exact = call
+    shape = value.shape
+    g = np.broadcast_to(np.asarray(gamma, dtype=np.float64), shape).reshape(-1)
+    al = np.broadcast_to(np.asarray(alpha, dtype=np.float64), shape).reshape(-1)
+    ex = (np.zeros(shape, dtype=bool) if exact is None
+          else np.broadcast_to(np.asarray(exact), shape)).reshape(-1)
+    count = 0
+    for i, (got, want) in enumerate(zip(value.reshape(-1).tolist(), wants, strict=True)):
+        if ex[i]:
+            if mpmath.mpf(got) != want:
+                raise SystemExit(f"{name} at {where}, entry {i}: marked exact, but {got!r} is "
+                                 f"not the exact {mpmath.nstr(want, 17)}")
+            continue
+        _check(name, f"{where}, entry {i}", got, want,
+               mpmath.mpf(float(g[i])) * abs(want) + mpmath.mpf(float(al[i])))
+        count += 1
+    return count
+
+
+def _exact(x: float) -> Any:
+    return mpmath.mpf(Fraction(x).numerator) / Fraction(x).denominator
+
+
+def _witness_margin_checks(rng: np.random.Generator) -> int:
+    count = 0
+    for d, bands, spread in ((64, 8, 1e-3), (128, 16, 1e3), (128, 4, 1.0)):
+        q = rng.standard_normal(d) * np.exp(rng.uniform(-8, 8, d)) * spread
+        w = np.abs(rng.standard_normal((32, bands))) * 1e-2
+        with _raw(_witness) as calls:
+            _witness.logit_bound(q, w, layout=RopeLayout.HALF_SPLIT, scale=1 / math.sqrt(d))
+        (norms, *_), logit = calls
+        perm, starts, _ = _witness._band_order(d, bands, RopeLayout.HALF_SPLIT)
+        bounds = list(starts.tolist()) + [d]
+        xq = q[perm]
+        want_norms = [mpmath.sqrt(mpmath.fsum(_exact(x) ** 2 for x in xq[a:b].tolist()))
+                      for a, b in zip(bounds, bounds[1:])]
+        count += _entries(f"band_norm_margin({d // bands})", f"d = {d}, bands = {bands}",
+                          calls[0], want_norms)
+        s = _exact(1 / math.sqrt(d))
+        count += _entries(f"logit_margin({bands})", f"witness.logit_bound, d = {d}", logit,
+                          [s * mpmath.fsum(_exact(wi) * _exact(ni)
+                                           for wi, ni in zip(row, norms.tolist()))
+                           for row in w.tolist()])
+    q = rng.standard_normal(64)
+    w = np.abs(rng.standard_normal((16, 64))) * np.exp(rng.uniform(-20, 0, (16, 64)))
+    with _raw(_formats) as calls:
+        _formats.format_logit_bound(q, w, scale=0.125)
+    count += _entries("logit_margin(64)", "formats.format_logit_bound", calls[0],
+                      [_exact(0.125) * mpmath.fsum(_exact(wi) * abs(_exact(qi))
+                                                  for wi, qi in zip(row, q.tolist()))
+                       for row in w.tolist()])
+    return count
+
+
+def _sum_margin_checks(rng: np.random.Generator) -> int:
+    count = 0
+    for n in (3, 257, 4096):
+        p = rng.dirichlet(np.ones(n))
+        r = np.abs(rng.standard_normal(n)) * np.exp(rng.uniform(-30, 5, n))
+        with _raw(_output_bound) as calls:
+            _output_bound._sum_upper(p, r)
+        count += _entries(f"sum_margin({n})", "output_bound._sum_upper", calls[0],
+                          [mpmath.fsum(_exact(a) * _exact(b)
+                                       for a, b in zip(p.tolist(), r.tolist()))])
+    return count
+
+
+def _dither_margin_checks(rng: np.random.Generator) -> int:
+    count = 0
+    d, block = 64, 16
+    x = rng.standard_normal((24, d)) * np.exp(rng.uniform(-6, 6, (24, 1)))
+    stored = _dither.dither_quantize(x, key=_dither.DitherKey(1, 2, 3), tokens=np.arange(24),
+                                     block_size=block, layout=RopeLayout.HALF_SPLIT,
+                                     outlier_pairs=np.array([3]))
+    s = stored.channel_scales()
+    for spread in (1e-4, 1.0, 1e4):
+        q = rng.standard_normal(d) * spread
+        sc = 1 / math.sqrt(d)
+        with _raw(_dither) as calls:
+            _dither.dither_variance_proxy(q, stored, scale=sc)
+            _dither.dither_mean_offset(q, stored, scale=sc)
+        e_sc = _exact(sc)
+        count += _entries("variance_margin", f"dither_variance_proxy, spread = {spread}",
+                          calls[0], [e_sc * e_sc * mpmath.fsum(
+                              _exact(qc) ** 2 * _exact(st) ** 2
+                              for qc, st in zip(q.tolist(), row)) / 12 for row in s.tolist()])
+        count += _entries("grid_mean_margin", f"dither_mean_offset, spread = {spread}",
+                          calls[1], [e_sc * mpmath.fsum(
+                              abs(_exact(qc)) * _exact(st) for qc, st in zip(q.tolist(), row))
+                              * mpmath.mpf(2) ** -25 for row in s.tolist()])
+    v = np.abs(rng.standard_normal(64)) * np.exp(rng.uniform(-40, 10, 64))
+    for dl, n in ((0.05, 64), (1e-12, 10**6)):
+        with _raw(_dither) as calls:
+            _dither.subgaussian_radius(v, delta_loc=dl, tokens=n)
+        count += _entries("radius_margin", f"subgaussian_radius, delta = {dl}", calls[0],
+                          [mpmath.sqrt(2 * _exact(vi) * mpmath.log(2 * n / _exact(dl)))
+                           for vi in v.tolist()])
+    return count
+
+
 def margin_checks() -> int:
     """Run every check of :data:`MARGIN_CHECKS`; the number of points checked.
 
@@ -120,7 +263,9 @@ def margin_checks() -> int:
             naming the margin, the form and the point.
     """
     with mpmath.workdps(50):
-        return _tv_margin_checks() + _tanh_margin_checks()
+        rng = np.random.default_rng(SEED + 2)
+        return (_tv_margin_checks() + _tanh_margin_checks() + _witness_margin_checks(rng)
+                + _sum_margin_checks(rng) + _dither_margin_checks(rng))
 
 
 if __name__ == "__main__":

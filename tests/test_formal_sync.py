@@ -185,7 +185,20 @@ def test_sync_check_fails_on_drifted_rounding_or_meter_value(scratch: Path, modu
      "tanh_margin() for np.tanh"),
     ("return Margin(4.0 * (tokens + 16) * UNIT_ROUNDOFF, tokens * TINY)",
      "return Margin(2.0**-60, tokens * TINY)", "tv_margin("),
-], ids=["tv-margin-zero", "tanh-margin-zero", "tv-margin-below-the-error"])
+    ("return Margin((size / 2.0 + 6.0) * UNIT_ROUNDOFF, math.sqrt(size) * SQRT_TINY)",
+     "return Margin(0.0, 0.0)", "band_norm_margin("),
+    ("return Margin((bands + 3 + SUM_SLACK) * UNIT_ROUNDOFF, (bands * scale + 1.0) * TINY)",
+     "return Margin(0.0, 0.0)", "logit_margin("),
+    ("return Margin(3 * UNIT_ROUNDOFF, terms * TINY)", "return Margin(0.0, 0.0)",
+     "sum_margin("),
+    ("return Margin((head_dim + blocks + 3) * UNIT_ROUNDOFF, (reach + blocks + 2.0) * TINY)",
+     "return Margin(0.0, 0.0)", "variance_margin at dither_variance_proxy"),
+    ("return Margin((head_dim + blocks + 1 + SUM_SLACK) * UNIT_ROUNDOFF,",
+     "return Margin(0.0 * UNIT_ROUNDOFF,", "grid_mean_margin at dither_mean_offset"),
+    ("return Margin((3 + SUM_SLACK) * UNIT_ROUNDOFF, SQRT_TINY)", "return Margin(0.0, 0.0)",
+     "radius_margin at subgaussian_radius"),
+], ids=["tv-margin-zero", "tanh-margin-zero", "tv-margin-below-the-error", "band-norm-zero",
+        "logit-zero", "sum-zero", "variance-zero", "grid-mean-zero", "radius-zero"])
 def test_sync_check_fails_on_a_margin_below_the_error_it_covers(scratch: Path, old: str, new: str,
                                                                 says: str) -> None:
     """A rounding margin smaller than the float error of the formula it covers, at the
