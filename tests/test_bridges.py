@@ -254,7 +254,7 @@ def test_witness_contract_and_bad_arguments() -> None:
 def test_every_bridge_names_a_lean_theorem() -> None:
     for rule, theorem in bridges.THEOREMS.items():
         assert theorem.startswith("WitCert."), rule
-    assert softmax_tv_eform(AtConsume).theorems == ("WitCert.Analytic.softmax_tv_eform_sound",)
+    assert softmax_tv_eform(AtConsume).theorems == ("WitCert.Semantic.softmax_tv_eform_contract_sound",)
     assert LogitLinf[AtConsume] == softmax_tv_eform(AtConsume).m_in
     with pytest.raises(PremiseError):
         contract(PerTokenL2[AtConsume], PooledError[AtConsume], a=1, b=0,

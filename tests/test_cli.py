@@ -96,8 +96,8 @@ def test_explain_prints_stages_theorem_statements_and_tier(
     assert main(["explain", SPEC]) == 0
     out = capsys.readouterr().out
     assert load_chain_spec(SPEC).explain() in out
-    for name in ("WitCert.Bridges.witness_triangle_sound",
-                 "WitCert.Analytic.softmax_tv_eform_sound"):
+    for name in ("WitCert.Semantic.witness_contract_sound",
+                 "WitCert.Semantic.softmax_tv_eform_contract_sound"):
         rec = lookup(name)
         assert rec.axioms is not None and rec.axioms_scope in {"project", "complete"}
         assert set(rec.axioms) <= {"propext", "Classical.choice", "Quot.sound"}
@@ -234,7 +234,7 @@ def test_formal_check_cross_checks_the_export(tmp_path: Path,
     assert "sync check" in out and "witcert formal check: ok" in out
     export = root / "formal" / "build" / "theorems.json"
     doc = json.loads(export.read_text())
-    cited = "WitCert.Bridges.witness_triangle_sound"
+    cited = "WitCert.Semantic.witness_contract_sound"
     # a theorem the library cites, dropped from the export
     export.write_text(json.dumps({**doc, "theorems": [t for t in doc["theorems"]
                                                        if t["name"] != cited]}))

@@ -218,7 +218,7 @@ def test_an_edited_pickle_is_refused_on_load() -> None:
     data = pickle.dumps(score.evidence)
     # a theorem name edited to one no export holds, or to another exported one
     with pytest.raises(UnknownTheoremError):
-        pickle.loads(data.replace(b"score_bridge_sound", b"score_bridge_sounX"))
+        pickle.loads(data.replace(b"score_bridge_contract_sound", b"score_bridge_contract_sounX"))
     name = score.evidence.theorem
     other = next(t for t in sorted(cited_theorems()) if len(t) == len(name) and t != name)
     with pytest.raises(ForgedEvidenceError):

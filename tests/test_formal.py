@@ -41,6 +41,7 @@ LEAN_NAME = re.compile(r"\bWitCert\.[A-Z]\w*(?:\.\w+)+")
 sys.path.insert(0, str(ROOT / "scripts"))
 lean_driver: Any = importlib.import_module("lean_driver")
 gen_lean_checks: Any = importlib.import_module("gen_lean_checks")
+margin_checks: Any = importlib.import_module("margin_checks")
 
 
 @pytest.fixture(scope="module")
@@ -356,7 +357,10 @@ def test_formal_readme_module_table_is_current() -> None:
         "formal/README.md's list of value checks is stale: run "
         "python scripts/render_formal_readme.py")
     # every section of the generated file is listed, each with its kernel checks
-    rows = [r for r in values.splitlines() if r.startswith("| ") and not r.startswith("| section")]
+    kernel_table = values.split("\n\n")[0]  # the margin table follows it
+    rows = [r for r in kernel_table.splitlines()
+            if r.startswith("| ") and not r.startswith("| section")]
+    assert all(f"| {name} |" in values for name, _, _ in margin_checks.MARGIN_CHECKS)
     generated = (FORMAL / "WitCert" / "GeneratedChecks.lean").read_text(encoding="utf-8")
     titles = [t for t, _, _ in gen_lean_checks.VALUE_CHECKS]
     assert [r.split(" | ")[0].removeprefix("| ") for r in rows] == titles

@@ -259,11 +259,12 @@ def test_sync_check_fails_on_a_drifted_coefficient(scratch: Path, module: str, o
 
 
 def test_sync_check_fails_on_a_statement_that_no_longer_states_a_schema(scratch: Path) -> None:
-    """The selection bound's offset halved in Lean, in the lock and the shipped export alike:
+    """The selection contract's slope doubled in Lean, in the lock and the shipped export alike:
     the lock agrees with the export, the generated checks do not read statements, and only
     the schema check sees that the theorem no longer states the bridge's claim."""
-    old, new = "≤ (mOut + mIn) / 2 + WitCert.Bridges.tv common", \
-        "≤ (mOut + mIn) / 4 + WitCert.Bridges.tv common"
+    old = ("(WitCert.Semantic.selectionBridge n dropped added hd ha hOut hIn S s).approx ω p').val) "
+           "≤ 1 * WitCert.Bridges.tv")
+    new = old.replace("≤ 1 *", "≤ 2 *")
     _edit(scratch / "formal" / "statements.lock.json", old, new)
     export = scratch / "witcert_calculus" / "lean" / "lean_export.json"
     data = json.loads(export.read_text(encoding="utf-8"))
@@ -273,6 +274,6 @@ def test_sync_check_fails_on_a_statement_that_no_longer_states_a_schema(scratch:
     proc = _run(scratch)
     assert proc.returncode != 0
     assert "FAILED: schemas" in proc.stderr
-    assert "rank-prefix selection: WitCert.Bridges.rank_prefix_selection_sound no longer " \
-        "states" in proc.stderr
+    assert "rank-prefix selection: WitCert.Semantic.rank_prefix_selection_contract_sound no " \
+        "longer states" in proc.stderr
     assert proc.stderr.split("drift in:")[-1].strip() == "schemas", proc.stderr

@@ -105,7 +105,7 @@ def test_public_names_exist() -> None:
 AGREED_LEAN_NAMES = {
     "WitCert.Witness.logit_bound_sound", "WitCert.Meters.tv_eform_sound",
     "WitCert.Meters.tv_two_sided_sound", "WitCert.Meters.tv_retention_sound",
-    "WitCert.Meters.output_error_bound_vector_sound", "WitCert.Meters.page_in_decrease",
+    "WitCert.Semantic.output_error_contract_at", "WitCert.Meters.page_in_decrease",
     "WitCert.Meters.sentinel_rounds_sound", "WitCert.Meters.rate_upper_bound_sound",
     "WitCert.Analytic.softmax_tv_tanh_sound", "WitCert.Analytic.one_sub_pow_le_exp",
     "WitCert.Dither.grid_mgf_le", "WitCert.Dither.dither_logit_tail",
@@ -277,7 +277,7 @@ def test_meter_reading_plugs_into_contract_chains() -> None:
     # the caller's value_norm_max and rho are assumptions: the output bound is partial
     assert y.tier is Tier.PARTIALLY_CERTIFIED
     assert y.assumptions == (VALUE_NORM_ASSUMPTION, RHO_ASSUMPTION)
-    assert "WitCert.Meters.output_error_bound_vector_sound" in selected.theorems
+    assert "WitCert.Semantic.output_error_contract_at" in selected.theorems
     assert "WitCert.Meters.tv_eform_sound" in out_contract.bound(reading).evidence.__repr__() or \
         "WitCert.Meters.tv_two_sided_sound" in out_contract.bound(reading).evidence.__repr__()
     want = 2.0 * 2.0 * (reading.raw + 0.0005) + 0.6 * 0 + 0.3 * 0.01 + 0.1 * 0.02

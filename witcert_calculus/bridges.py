@@ -52,16 +52,19 @@ from witcert_calculus.metrics import (
     Site,
 )
 from witcert_calculus.lean.theorems import (
-    POOLING_L2_CALIBER,
-    POOLING_MAX_CALIBER,
-    RANK_PREFIX_SELECTION_SOUND,
+    DECOMPRESSION_CONTRACT_SOUND,
+    POOLING_L2_CONTRACT_SOUND,
+    POOLING_MAX_CONTRACT_SOUND,
+    RANK_PREFIX_SELECTION_CONTRACT_SOUND,
     RANK_PREFIX_STABLE,
-    RECURRENCE_COMP_SOUND,
-    SCORE_BRIDGE_SOUND,
-    SOFTMAX_TV_AFFINE_SOUND,
-    SOFTMAX_TV_EFORM_SOUND,
-    SOFTMAX_TV_TANH_SOUND,
-    WITNESS_TRIANGLE_SOUND,
+    RECURRENCE_CONTRACT_SOUND,
+    SCORE_BRIDGE_CONTRACT_SOUND,
+    SELECTOR_MASS_EFORM_CONTRACT_SOUND,
+    SOFTMAX_TV_AFFINE_CONTRACT_SOUND,
+    SOFTMAX_TV_EFORM_CONTRACT_SOUND,
+    SOFTMAX_TV_TANH_CONTRACT_SOUND,
+    SOFTMAX_TV_TANH_OSC_CONTRACT_SOUND,
+    WITNESS_CONTRACT_SOUND,
 )
 from witcert_calculus.numerics.validation import (
     FLOAT_MAX,
@@ -149,57 +152,66 @@ def _recurrence(a_steps: tuple[Fraction, ...], b_steps: tuple[Fraction, ...]) ->
     return Claim(a=a_tot, b=b_tot)
 
 
-_CS = ("s * s * (Bridges.normSqFst l * Bridges.normSqSnd l)",)
-_WITNESS = ("normSqSum l ≤ (1 * e + w) * (1 * e + w)",)
-_EFORM = ("≤ 1 / 2 * (E.exp (2 * ε) - 1)",)
-_TANH = ("Analytic.tanhE E ((M - m) / 4)",)
+# Fragments of the cited statements (definitions named without the WitCert. root) that state
+# each claim: the contract's bound, written out.
+_SUP = "Semantic.lsup (fun t => Analytic.absA (z t - z' t)) L"
+_WITNESS = ("≤ 1 * N.norm (N.sub k k') + w",)
+_SCORE = ("≤ sc * sc * (List.map (fun t => q t * q t) L).sum * Semantic.keyErr L k k' + 0",)
+_DECOMPRESSION = ("≤ sc * sc * (List.map (fun t => r t * r t) L).sum * Semantic.keyErr L c c' + 0",)
+_EFORM = (f"≤ 1 / 2 * (E.exp (2 * {_SUP}) - 1)",)
 
-#: Each public rule of this module and the schema of the theorem that proves it.
+#: Each public rule of this module and the schema of the theorem that proves it: a theorem about
+#: the rule's semantic contract (``WitCert.Semantic``), whose soundness field is the bound.
 SCHEMAS: Final[dict[str, Schema]] = {rule: _builtin(schema) for rule, schema in {
-    "witness_contract": Schema(WITNESS_TRIANGLE_SOUND, KeyResidualAbs, KeyResidualAbs,
+    "witness_contract": Schema(WITNESS_CONTRACT_SOUND, KeyResidualAbs, KeyResidualAbs,
                                ("witness_max",), _witness, states=_WITNESS,
                                name="storage witness"),
-    "latent_witness_contract": Schema(WITNESS_TRIANGLE_SOUND, LatentResidual, LatentResidual,
+    "latent_witness_contract": Schema(WITNESS_CONTRACT_SOUND, LatentResidual, LatentResidual,
                                       ("witness_max",), _witness, states=_WITNESS,
                                       name="latent witness"),
-    "decompression_bridge": Schema(SCORE_BRIDGE_SOUND, LatentResidual, PerTokenMax,
-                                   ("row_norm_max",), _cauchy_schwarz, states=_CS,
+    "decompression_bridge": Schema(DECOMPRESSION_CONTRACT_SOUND, LatentResidual, PerTokenMax,
+                                   ("row_norm_max",), _cauchy_schwarz, states=_DECOMPRESSION,
                                    name="decompression (row-wise Cauchy-Schwarz)"),
-    "score_bridge": Schema(SCORE_BRIDGE_SOUND, KeyResidualAbs, LogitLinf,
-                           ("scale", "q_norm_max"), _cauchy_schwarz, states=_CS,
+    "score_bridge": Schema(SCORE_BRIDGE_CONTRACT_SOUND, KeyResidualAbs, LogitLinf,
+                           ("scale", "q_norm_max"), _cauchy_schwarz, states=_SCORE,
                            name="score bridge"),
-    "softmax_tv_eform": Schema(SOFTMAX_TV_EFORM_SOUND, LogitLinf, AttentionTV, (),
+    "softmax_tv_eform": Schema(SOFTMAX_TV_EFORM_CONTRACT_SOUND, LogitLinf, AttentionTV, (),
                                _saturation_line(Transfer(TransferKind.EXP_TV)), states=_EFORM,
                                name="softmax->TV (e-form)"),
-    "selector_mass_eform": Schema(SOFTMAX_TV_EFORM_SOUND, LogitLinf, SelectorMass, (),
+    "selector_mass_eform": Schema(SELECTOR_MASS_EFORM_CONTRACT_SOUND, LogitLinf, SelectorMass, (),
                                   _saturation_line(Transfer(TransferKind.EXP_TV)),
                                   states=_EFORM, name="selector scores->mass (e-form)"),
-    # osc <= 2 eps, so tanh(osc / 4) <= tanh(eps / 2)
-    "softmax_tv_tanh": Schema(SOFTMAX_TV_TANH_SOUND, LogitLinf, AttentionTV, (),
+    "softmax_tv_tanh": Schema(SOFTMAX_TV_TANH_CONTRACT_SOUND, LogitLinf, AttentionTV, (),
                               _saturation_line(Transfer(TransferKind.TANH, Fraction(1, 2))),
-                              states=_TANH, name="softmax->TV (tanh)"),
-    "softmax_tv_tanh_osc": Schema(SOFTMAX_TV_TANH_SOUND, LogitOsc, AttentionTV, (),
+                              states=(f"≤ Analytic.tanhE E ({_SUP} / 2)",),
+                              name="softmax->TV (tanh)"),
+    "softmax_tv_tanh_osc": Schema(SOFTMAX_TV_TANH_OSC_CONTRACT_SOUND, LogitOsc, AttentionTV, (),
                                   _saturation_line(Transfer(TransferKind.TANH, Fraction(1, 4))),
-                                  states=_TANH, name="softmax->TV (tanh osc)"),
-    "softmax_tv_affine": Schema(SOFTMAX_TV_AFFINE_SOUND, LogitLinf, AttentionTV, ("eps0",),
-                                _affine, states=("≤ E.exp (2 * ε₀) * ε", "ε ≤ ε₀"),
+                                  states=("≤ Analytic.tanhE E ((Semantic.lmax (fun t => z' t - z t) L"
+                                          " - Semantic.lmin (fun t => z' t - z t) L) / 4)",),
+                                  name="softmax->TV (tanh osc)"),
+    "softmax_tv_affine": Schema(SOFTMAX_TV_AFFINE_CONTRACT_SOUND, LogitLinf, AttentionTV,
+                                ("eps0",), _affine,
+                                states=(f"≤ E.exp (2 * ε₀) * {_SUP} + 0", f"{_SUP} ≤ ε₀"),
                                 name="softmax->TV (affine)"),
-    "pooling.l2": Schema(POOLING_L2_CALIBER, PerTokenL2, PooledError, ("weights",),
+    "pooling.l2": Schema(POOLING_L2_CONTRACT_SOUND, PerTokenL2, PooledError, ("weights",),
                          _pooled_l2, premises=(
                              ("w >= 0", _weights_nonnegative),),
-                         states=("Bridges.dot l * Bridges.dot l ≤ "
-                                 "Bridges.normSqFst l * Bridges.normSqSnd l",),
+                         states=("≤ (List.map (fun t => w t * w t) L).sum * "
+                                 "Semantic.keyErr L v v' + 0",),
                          name="pooling (l2 caliber)"),
-    "pooling.max": Schema(POOLING_MAX_CALIBER, PerTokenMax, PooledError, ("weights",),
+    "pooling.max": Schema(POOLING_MAX_CONTRACT_SOUND, PerTokenMax, PooledError, ("weights",),
                           _pooled_max, premises=(
                               ("w >= 0", _weights_nonnegative),),
-                          states=("≤ (List.map Prod.fst l).sum * M",),
+                          states=("≤ (List.map w L).sum * "
+                                  "Semantic.lsup (fun t => Bridges.abs (v t - v' t)) L + 0",),
                           name="pooling (max caliber)"),
-    "rank_prefix_selection": Schema(RANK_PREFIX_SELECTION_SOUND, AttentionTV, AttentionTV,
-                                    ("m_out", "m_in"), _selection,
-                                    states=("≤ (mOut + mIn) / 2 + Bridges.tv common",),
+    "rank_prefix_selection": Schema(RANK_PREFIX_SELECTION_CONTRACT_SOUND, AttentionTV,
+                                    AttentionTV, ("m_out", "m_in"), _selection,
+                                    states=("≤ 1 * Bridges.tv (p.val.zip p'.val) + "
+                                            "Bridges.selectionOffset mOut mIn",),
                                     name="rank-prefix selection"),
-    "recurrence": Schema(RECURRENCE_COMP_SOUND, RecurrentStateError, RecurrentStateError,
+    "recurrence": Schema(RECURRENCE_CONTRACT_SOUND, RecurrentStateError, RecurrentStateError,
                          ("a_steps", "b_steps"), _recurrence, premises=(
                              ("a_t >= 0 for every step", _slopes_nonnegative),),
                          states=("Bridges.recurrenceCoeffs (1, 0)",),
@@ -224,7 +236,8 @@ def witness_contract(site: type[S], *, witness_max: Number
     within the witness alone, and one stored from an already compressed input carries that
     error forward.
 
-    Lean: ``WitCert.Bridges.witness_triangle_sound``.
+    Lean: ``WitCert.Semantic.witness_contract_sound`` (the contract ``storageTriangle``, from
+    ``WitCert.Bridges.witness_triangle_sound``'s triangle step).
 
     Args:
         site: where the residual is consumed, e.g. ``AtConsume``.
@@ -245,7 +258,7 @@ def latent_witness_contract(site: type[S], *, witness_max: Number
     The latent cache's counterpart of :func:`witness_contract` (the theorem is stated for
     vectors of any length).
 
-    Lean: ``WitCert.Bridges.witness_triangle_sound``.
+    Lean: ``WitCert.Semantic.witness_contract_sound`` (one metric parameter serves both).
 
     Example:
         >>> from witcert_calculus import AtConsume
@@ -262,8 +275,9 @@ def decompression_bridge(site: type[S], *, row_norm_max: Number
     product of a row of ``W`` with the latent residual, so by Cauchy–Schwarz
     ``max_j |(W (c_hat - c))_j| <= max_j ||W_j|| * ||c_hat - c||``.
 
-    Lean: ``WitCert.Bridges.score_bridge_sound`` (stated for any pairs and any scale; here
-    scale one and the rows of ``W``).
+    Lean: ``WitCert.Semantic.decompression_contract_sound`` (the contract
+    ``decompressionBridge``, Cauchy–Schwarz ``WitCert.Bridges.score_bridge_sound`` between the
+    latent and per-token metrics, for one row ``r`` of ``W``).
 
     Args:
         site: observation site of both metrics.
@@ -282,7 +296,8 @@ def score_bridge(site: type[S], *, scale: Number, q_norm_max: Number
                  ) -> Contract[KeyResidualAbs[S], LogitLinf[S]]:
     """Cauchy–Schwarz: ``|Δ(scale <q, k>)| <= scale ||q|| ||Δk||``, so ``a = scale * max ||q||``.
 
-    Lean: ``WitCert.Bridges.score_bridge_sound``.
+    Lean: ``WitCert.Semantic.score_bridge_contract_sound`` (the contract ``scoreBridge``, from
+    ``WitCert.Bridges.score_bridge_sound``).
 
     Args:
         site: observation site of both metrics.
@@ -314,7 +329,8 @@ def softmax_tv_eform(site: type[S]) -> Contract[LogitLinf[S], AttentionTV[S]]:
     Non-affine: the contract's affine part is the saturation line ``TV <= 1`` and
     its transfer ``(exp(2x) - 1) / 2`` gives the bound; both compose soundly.
 
-    Lean: ``WitCert.Analytic.softmax_tv_eform_sound``.
+    Lean: ``WitCert.Semantic.softmax_tv_eform_contract_sound`` (the contract ``softmaxTVEform``,
+    from ``WitCert.Analytic.softmax_tv_eform_sound``).
 
     Example:
         >>> from witcert_calculus import AtConsume
@@ -330,7 +346,8 @@ def selector_mass_eform(site: type[S]) -> Contract[LogitLinf[S], SelectorMass[S]
     Selector-score mass is kept distinct from attention mass: crossing to attention
     needs a further bridge (e.g. :func:`empirical_ratio_bridge`).
 
-    Lean: ``WitCert.Analytic.softmax_tv_eform_sound``.
+    Lean: ``WitCert.Semantic.selector_mass_eform_contract_sound`` (the contract
+    ``selectorMassEform``, into the selector's own mass space).
     """
     return SCHEMAS["selector_mass_eform"].issue(site)
 
@@ -338,7 +355,8 @@ def selector_mass_eform(site: type[S]) -> Contract[LogitLinf[S], SelectorMass[S]
 def softmax_tv_tanh(site: type[S]) -> Contract[LogitLinf[S], AttentionTV[S]]:
     """Sharp form from the sup-norm: ``osc <= 2 eps`` so ``TV <= tanh(osc/4) <= tanh(eps/2)``.
 
-    Lean: ``WitCert.Analytic.softmax_tv_tanh_sound``.
+    Lean: ``WitCert.Semantic.softmax_tv_tanh_contract_sound`` (the contract ``softmaxTVTanh``,
+    from ``WitCert.Analytic.softmax_tv_tanh_sound``).
 
     Example:
         >>> from witcert_calculus import AtConsume
@@ -351,7 +369,8 @@ def softmax_tv_tanh(site: type[S]) -> Contract[LogitLinf[S], AttentionTV[S]]:
 def softmax_tv_tanh_osc(site: type[S]) -> Contract[LogitOsc[S], AttentionTV[S]]:
     """Sharp form from the oscillation: ``TV <= tanh(osc / 4)``.
 
-    Lean: ``WitCert.Analytic.softmax_tv_tanh_sound``.
+    Lean: ``WitCert.Semantic.softmax_tv_tanh_osc_contract_sound`` (the contract
+    ``softmaxTVTanhOsc`` on the oscillation ``max (z' - z) - min (z' - z)``).
     """
     return SCHEMAS["softmax_tv_tanh_osc"].issue(site)
 
@@ -361,7 +380,8 @@ def softmax_tv_affine(site: type[S], *, eps0: Number) -> Contract[LogitLinf[S], 
 
     The slope ``exp(2 eps0)`` is computed with 50 digits and rounded upward.
 
-    Lean: ``WitCert.Analytic.softmax_tv_affine_sound``.
+    Lean: ``WitCert.Semantic.softmax_tv_affine_contract_sound`` (the contract
+    ``softmaxTVAffine``, from ``WitCert.Analytic.softmax_tv_affine_sound``).
 
     Example:
         >>> from witcert_calculus import AtConsume
@@ -430,9 +450,9 @@ class Pooling(Generic[S]):
     """Gate-weighted pooling in both calibers; never one alone.
 
     Attributes:
-        l2: ``|Σ w e| <= ||w||_2 * ||e||_2`` (Lean ``WitCert.Bridges.pooling_l2_caliber``).
+        l2: ``|Σ w e| <= ||w||_2 * ||e||_2`` (Lean ``WitCert.Semantic.pooling_l2_contract_sound``).
         max: ``|Σ w e| <= ||w||_1 * max |e|``, ``= max |e|`` when the weights sum to 1
-            (Lean ``WitCert.Bridges.pooling_max_caliber``).
+            (Lean ``WitCert.Semantic.pooling_max_contract_sound``).
     """
 
     l2: Contract[PerTokenL2[S], PooledError[S]]
@@ -472,7 +492,8 @@ def rank_prefix_selection(site: type[S], *, m_out: Number, m_in: Number
     The input is the total variation restricted to the kept set; ``(a, b) =
     (1, (m_out + m_in) / 2)``.
 
-    Lean: ``WitCert.Bridges.rank_prefix_selection_sound``.
+    Lean: ``WitCert.Semantic.rank_prefix_selection_contract_sound`` (the contract
+    ``selectionBridge``, from ``WitCert.Bridges.rank_prefix_selection_offset_sound``).
 
     Args:
         site: observation site.
@@ -570,7 +591,8 @@ def recurrence(site: type[S], *, a_steps: npt.ArrayLike, b_steps: npt.ArrayLike 
 
     Exact coefficients: ``a = Π a_t`` and ``b = Σ_t (Π_{s>t} a_s) b_t``.
 
-    Lean: ``WitCert.Bridges.recurrence_comp_sound``.
+    Lean: ``WitCert.Semantic.Contract.recurrence_sound`` (coefficients of
+    ``WitCert.Bridges.recurrence_comp_sound``).
 
     Args:
         site: observation site.

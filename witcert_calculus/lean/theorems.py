@@ -43,6 +43,7 @@ __all__ = [
     "CONFOUNDED_PAIR_UNIDENTIFIED",
     "CONTROLLED_PAIR_ATTRIBUTES",
     "DECIDE_SATURATED_NE_CERTIFIED",
+    "DECOMPRESSION_CONTRACT_SOUND",
     "DITHER_LOGIT_TAIL",
     "ENTRY_FALLBACK_SOUND",
     "FORMAT_RESIDUAL_LE",
@@ -53,20 +54,23 @@ __all__ = [
     "MIN_BOUND_SOUND",
     "NEAREST_RESIDUAL_LE",
     "ONE_SUB_POW_LE_EXP",
-    "OUTPUT_ERROR_BOUND_VECTOR_SOUND",
+    "OUTPUT_ERROR_CONTRACT_AT",
     "PAGE_IN_DECREASE",
-    "POOLING_L2_CALIBER",
-    "POOLING_MAX_CALIBER",
-    "RANK_PREFIX_SELECTION_SOUND",
+    "POOLING_L2_CONTRACT_SOUND",
+    "POOLING_MAX_CONTRACT_SOUND",
+    "RANK_PREFIX_SELECTION_CONTRACT_SOUND",
     "RANK_PREFIX_STABLE",
     "RATE_UPPER_BOUND_SOUND",
-    "RECURRENCE_COMP_SOUND",
+    "RECURRENCE_CONTRACT_SOUND",
     "SAMPLING_MISS_PROBABILITY",
-    "SCORE_BRIDGE_SOUND",
+    "SCORE_BRIDGE_CONTRACT_SOUND",
+    "SELECTOR_MASS_EFORM_CONTRACT_SOUND",
     "SENTINEL_ROUNDS_SOUND",
     "SIGNAVG_UNION_LE",
-    "SOFTMAX_TV_AFFINE_SOUND",
-    "SOFTMAX_TV_EFORM_SOUND",
+    "SOFTMAX_TV_AFFINE_CONTRACT_SOUND",
+    "SOFTMAX_TV_EFORM_CONTRACT_SOUND",
+    "SOFTMAX_TV_TANH_CONTRACT_SOUND",
+    "SOFTMAX_TV_TANH_OSC_CONTRACT_SOUND",
     "SOFTMAX_TV_TANH_SOUND",
     "TELESCOPE_PARTIAL_LT",
     "TELESCOPE_SUM_EQ",
@@ -83,7 +87,7 @@ __all__ = [
     "WEAKEST_IDEM",
     "WEAKEST_LE_LEFT",
     "WEAKEST_LE_RIGHT",
-    "WITNESS_TRIANGLE_SOUND",
+    "WITNESS_CONTRACT_SOUND",
     "cited_theorems",
     "lookup",
     "register_theorems",
@@ -93,19 +97,11 @@ __all__ = [
 # ----------------------------------------------------------------------------- Analytic
 
 ONE_SUB_POW_LE_EXP: Final = "WitCert.Analytic.one_sub_pow_le_exp"
-SOFTMAX_TV_AFFINE_SOUND: Final = "WitCert.Analytic.softmax_tv_affine_sound"
-SOFTMAX_TV_EFORM_SOUND: Final = "WitCert.Analytic.softmax_tv_eform_sound"
 SOFTMAX_TV_TANH_SOUND: Final = "WitCert.Analytic.softmax_tv_tanh_sound"
 
 # ----------------------------------------------------------------------------- Bridges
 
-POOLING_L2_CALIBER: Final = "WitCert.Bridges.pooling_l2_caliber"
-POOLING_MAX_CALIBER: Final = "WitCert.Bridges.pooling_max_caliber"
-RANK_PREFIX_SELECTION_SOUND: Final = "WitCert.Bridges.rank_prefix_selection_sound"
 RANK_PREFIX_STABLE: Final = "WitCert.Bridges.rank_prefix_stable"
-RECURRENCE_COMP_SOUND: Final = "WitCert.Bridges.recurrence_comp_sound"
-SCORE_BRIDGE_SOUND: Final = "WitCert.Bridges.score_bridge_sound"
-WITNESS_TRIANGLE_SOUND: Final = "WitCert.Bridges.witness_triangle_sound"
 
 # ----------------------------------------------------------------------------- Contract
 
@@ -137,7 +133,6 @@ VILLE_FINITE_TREE: Final = "WitCert.Ledger.ville_finite_tree"
 
 # ----------------------------------------------------------------------------- Meters
 
-OUTPUT_ERROR_BOUND_VECTOR_SOUND: Final = "WitCert.Meters.output_error_bound_vector_sound"
 PAGE_IN_DECREASE: Final = "WitCert.Meters.page_in_decrease"
 RATE_UPPER_BOUND_SOUND: Final = "WitCert.Meters.rate_upper_bound_sound"
 SENTINEL_ROUNDS_SOUND: Final = "WitCert.Meters.sentinel_rounds_sound"
@@ -149,6 +144,24 @@ TV_TWO_SIDED_SOUND: Final = "WitCert.Meters.tv_two_sided_sound"
 # ----------------------------------------------------------------------------- Sampling
 
 SAMPLING_MISS_PROBABILITY: Final = "WitCert.Sampling.miss_probability_eq"
+
+# ----------------------------------------------------------------------------- Semantic
+# The semantic contracts (exact and approximate maps, failure event, soundness field) that the
+# bridges and meters certify with.
+
+DECOMPRESSION_CONTRACT_SOUND: Final = "WitCert.Semantic.decompression_contract_sound"
+OUTPUT_ERROR_CONTRACT_AT: Final = "WitCert.Semantic.output_error_contract_at"
+POOLING_L2_CONTRACT_SOUND: Final = "WitCert.Semantic.pooling_l2_contract_sound"
+POOLING_MAX_CONTRACT_SOUND: Final = "WitCert.Semantic.pooling_max_contract_sound"
+RANK_PREFIX_SELECTION_CONTRACT_SOUND: Final = "WitCert.Semantic.rank_prefix_selection_contract_sound"
+RECURRENCE_CONTRACT_SOUND: Final = "WitCert.Semantic.Contract.recurrence_sound"
+SCORE_BRIDGE_CONTRACT_SOUND: Final = "WitCert.Semantic.score_bridge_contract_sound"
+SELECTOR_MASS_EFORM_CONTRACT_SOUND: Final = "WitCert.Semantic.selector_mass_eform_contract_sound"
+SOFTMAX_TV_AFFINE_CONTRACT_SOUND: Final = "WitCert.Semantic.softmax_tv_affine_contract_sound"
+SOFTMAX_TV_EFORM_CONTRACT_SOUND: Final = "WitCert.Semantic.softmax_tv_eform_contract_sound"
+SOFTMAX_TV_TANH_CONTRACT_SOUND: Final = "WitCert.Semantic.softmax_tv_tanh_contract_sound"
+SOFTMAX_TV_TANH_OSC_CONTRACT_SOUND: Final = "WitCert.Semantic.softmax_tv_tanh_osc_contract_sound"
+WITNESS_CONTRACT_SOUND: Final = "WitCert.Semantic.witness_contract_sound"
 
 # ----------------------------------------------------------------------------- Diagnosis
 

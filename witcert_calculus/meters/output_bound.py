@@ -2,7 +2,9 @@
 
 With ``rho_t >= ||v_t - v_hat_t||`` the value reconstruction error of token ``t``,
 ``||y - y_hat|| <= 2 TV(p, p_tilde) max_t ||v_t|| + sum_t p_tilde_t rho_t``
-(Lean ``WitCert.Meters.output_error_bound_vector_sound``; scalar case
+(Lean ``WitCert.Semantic.output_error_contract_at``, a theorem about the semantic contract
+``outputError`` of slope ``2 M`` on probability vectors, from
+``WitCert.Meters.output_error_bound_vector_sound``; scalar case
 ``WitCert.Meters.output_error_bound_sound``), as a contract from ``AttentionTV`` to
 ``AttentionOutputL2``, both at the consumption site. The float sum is rounded outward
 by the rule of :mod:`witcert_calculus.numerics.rounding`.
@@ -31,7 +33,7 @@ from numpy.typing import ArrayLike
 from witcert_calculus.contracts import Contract
 from witcert_calculus.schemas import Claim, Schema, _builtin  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.lean.theorems import OUTPUT_ERROR_BOUND_VECTOR_SOUND
+from witcert_calculus.lean.theorems import OUTPUT_ERROR_CONTRACT_AT
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, AttentionTV
 from witcert_calculus.numerics.rounding import outward, sum_margin
 from witcert_calculus.tiers import Assumption
@@ -76,14 +78,14 @@ def _p_distribution(value_norm_max: float, p_tilde: F64, rho: F64) -> bool:
     return is_distribution(p_tilde)
 
 
-#: The schema of :data:`~witcert_calculus.lean.theorems.OUTPUT_ERROR_BOUND_VECTOR_SOUND`.
+#: The schema of :data:`~witcert_calculus.lean.theorems.OUTPUT_ERROR_CONTRACT_AT`.
 OUTPUT_ERROR: Final = _builtin(Schema(
-    OUTPUT_ERROR_BOUND_VECTOR_SOUND, AttentionTV, AttentionOutputL2,
+    OUTPUT_ERROR_CONTRACT_AT, AttentionTV, AttentionOutputL2,
     ("value_norm_max", "p_tilde", "rho"), _output_claim,
     premises=(("value_norm_max >= 0", _norm_nonnegative),
               ("rho_t >= 0 for every token t", _rho_nonnegative),
               ("p_tilde is a probability vector (renormalized)", _p_distribution)),
-    states=("≤ 2 * Analytic.tv p q L * M + Analytic.lsum (fun t => q t * ρ t) L",),
+    states=(".a * Analytic.tv p.val q.val L + Analytic.lsum (fun t => q.val t * ρ t) L",),
     name="output_error", assumptions=(VALUE_NORM_ASSUMPTION, RHO_ASSUMPTION)))
 
 
@@ -91,7 +93,7 @@ def output_error_contract(*, value_norm_max: float, p_tilde: ArrayLike, rho: Arr
                           ) -> Contract[AttentionTV[AtConsume], AttentionOutputL2[AtConsume]]:
     """Contract ``||y - y_hat|| <= 2 max_t ||v_t|| * TV + sum_t p_tilde_t rho_t``.
 
-    Lean: ``WitCert.Meters.output_error_bound_vector_sound``. Input metric ``AttentionTV``,
+    Lean: ``WitCert.Semantic.output_error_contract_at``. Input metric ``AttentionTV``,
     output ``AttentionOutputL2``, both at the consumption site.
 
     Args:
