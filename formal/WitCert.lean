@@ -20,6 +20,7 @@ public import WitCert.Laws
 public import WitCert.Sampling
 public import WitCert.Semantic
 public import WitCert.Diagnosis
+public import WitCert.SemanticDither
 public import WitCert.GeneratedChecks
 
 /-!
