@@ -21,6 +21,7 @@ public import WitCert.Sampling
 public import WitCert.Semantic
 public import WitCert.Diagnosis
 public import WitCert.SemanticBridges
+public import WitCert.SemanticDither
 public import WitCert.GeneratedChecks
 
 /-!

@@ -25,7 +25,7 @@ proof of the composite from the two soundness proofs; the bridges of `WitCert.Br
 * `WitCert.Semantic.Space α m`: a carrier and an error functional `err : carrier → carrier → α`
   for the metric `m`.
 * `WitCert.Semantic.Sample`: a finite uniform sample space (a nonempty list of equally likely
-  points); `Sample.count`, `Sample.prob`.
+  points); `Sample.count`, `Sample.prob` (valued in an ordered field `α`).
 * `WitCert.Semantic.Contract S X Y`: maps `exact`, `approx ω`, coefficients `a b` with
   `0 ≤ a`, a downward-closed domain, a failure event `bad` with `prob bad ≤ delta`, a tier and
   the soundness proof.
@@ -43,7 +43,8 @@ proof of the composite from the two soundness proofs; the bridges of `WitCert.Br
 
 ## Main statements
 
-* `WitCert.Semantic.Sample.prob_or_le`: the union bound.
+* `WitCert.Semantic.Sample.prob_or_le`: the union bound; `Sample.prob_never_le`,
+  `Sample.prob_nonneg`.
 * `WitCert.Semantic.Contract.comp_a`, `comp_b`, `comp_delta`, `comp_tier`: the composite's
   numbers are those of `WitCert.Contract.comp`; `erase_comp`: erasing commutes with composition.
 * `WitCert.Semantic.Contract.comp_a_assoc`, `comp_b_assoc`, `comp_delta_assoc`,
@@ -64,8 +65,11 @@ proof of the composite from the two soundness proofs; the bridges of `WitCert.Br
 * Randomness: all the stages of a composition share one sample space `S`; a sample point `ω`
   drives every approximate map, and a deterministic stage ignores it (`bad := fun _ => false`,
   `delta := 0`). The composite fails where either stage fails, so `prob` of the composite's
-  failure event is at most the sum of the deltas (`Sample.prob_or_le`). Probabilities are `Rat`,
-  like the `delta` of `WitCert.Contract`.
+  failure event is at most the sum of the deltas (`Sample.prob_or_le`). Probabilities and deltas
+  live in the contract's field `α` (`Sample.prob` casts the counts by the `Nat` cast of
+  `Lean.Grind.Semiring`), so a delta may involve the exponential of `α` (the Tier-B delta of
+  `WitCert.Semantic.ditherTierB`); over `Rat` they are `Rat`, like the `delta` of
+  `WitCert.Contract` (`Contract.erase`).
 * A domain is a predicate on the input error, closed downwards: a smaller error stays in it.
   Composition pulls the second domain back along the first stage's bound
   (`e ↦ a₁ e + b₁`, or `transfer₁`), which is monotone, so the pullback is closed downwards too.
@@ -111,10 +115,6 @@ variable {Ω : Type}
 /-- The number of sample points in the event `E`. -/
 noncomputable def count (S : Sample Ω) (E : Ω → Bool) : Nat := (S.points.filter E).length
 
-/-- The probability of the event `E`: the fraction of sample points in it. -/
-noncomputable def prob (S : Sample Ω) (E : Ω → Bool) : Rat :=
-  (S.count E : Rat) / (S.points.length : Rat)
-
 /-- Counting the points of a union: at most the sum of the counts. -/
 theorem count_or_le (l : List Ω) (E F : Ω → Bool) :
     (l.filter fun ω => E ω || F ω).length ≤ (l.filter E).length + (l.filter F).length := by
@@ -130,29 +130,80 @@ theorem count_never (l : List Ω) : (l.filter fun _ => false).length = 0 := by
   | nil => simp
   | cons x l ih => first | exact ih | simpa [List.filter_cons] using ih | simp
 
+section Prob
+
+variable {α : Type} [Lean.Grind.Field α]
+
+attribute [local instance] Lean.Grind.Semiring.natCast
+
+/-- The probability of the event `E`, in the field `α`: the fraction of sample points in it
+(the counts are cast by the `Nat` cast of `Lean.Grind.Semiring`). -/
+noncomputable def prob (S : Sample Ω) (E : Ω → Bool) : α :=
+  (S.count E : α) / (S.points.length : α)
+
+/-- The cast of a sum of naturals is the sum of the casts. -/
+theorem natCast_add (m n : Nat) : ((m + n : Nat) : α) = (m : α) + (n : α) := by
+  induction n with
+  | zero => rw [Nat.add_zero, Lean.Grind.Semiring.natCast_zero]; grind
+  | succ n ih =>
+    rw [← Nat.add_assoc, Lean.Grind.Semiring.natCast_succ, Lean.Grind.Semiring.natCast_succ, ih]
+    grind
+
+variable [LE α] [LT α] [Std.LawfulOrderLT α] [Std.IsLinearOrder α] [Lean.Grind.OrderedRing α]
+
+/-- The cast of a natural is nonnegative. -/
+theorem natCast_nonneg (n : Nat) : (0 : α) ≤ (n : α) := by
+  induction n with
+  | zero => rw [Lean.Grind.Semiring.natCast_zero]; exact Std.le_refl _
+  | succ n ih =>
+    rw [Lean.Grind.Semiring.natCast_succ]
+    have := Lean.Grind.OrderedRing.zero_lt_one (R := α)
+    grind
+
+/-- The cast of a positive natural is positive. -/
+theorem natCast_pos {n : Nat} (h : 0 < n) : (0 : α) < (n : α) := by
+  obtain ⟨k, rfl⟩ : ∃ k, n = k + 1 := ⟨n - 1, by omega⟩
+  rw [Lean.Grind.Semiring.natCast_succ]
+  have := Lean.Grind.OrderedRing.zero_lt_one (R := α)
+  have := natCast_nonneg (α := α) k
+  grind
+
+/-- The cast is monotone. -/
+theorem natCast_le_natCast {m n : Nat} (h : m ≤ n) : (m : α) ≤ (n : α) := by
+  obtain ⟨k, rfl⟩ : ∃ k, n = m + k := ⟨n - m, by omega⟩
+  rw [natCast_add]
+  have := natCast_nonneg (α := α) k
+  grind
+
 /-- The union bound: `prob (E ∪ F) ≤ prob E + prob F`. -/
 theorem prob_or_le (S : Sample Ω) (E F : Ω → Bool) :
-    S.prob (fun ω => E ω || F ω) ≤ S.prob E + S.prob F := by
-  have hn : (0 : Rat) < (S.points.length : Rat) :=
-    Rat.natCast_pos.mpr (List.length_pos_iff.mpr S.nonempty)
-  have hc : ((S.count (fun ω => E ω || F ω) : Nat) : Rat) ≤
-      ((S.count E + S.count F : Nat) : Rat) :=
-    Rat.natCast_le_natCast.mpr (count_or_le S.points E F)
-  rw [Rat.natCast_add] at hc
+    S.prob (α := α) (fun ω => E ω || F ω) ≤ S.prob E + S.prob F := by
+  have hn : (0 : α) < (S.points.length : α) :=
+    natCast_pos (List.length_pos_iff.mpr S.nonempty)
+  have hc : ((S.count (fun ω => E ω || F ω) : Nat) : α) ≤
+      ((S.count E + S.count F : Nat) : α) :=
+    natCast_le_natCast (count_or_le S.points E F)
+  rw [natCast_add] at hc
   have h := WitCert.Analytic.div_le_div_of_le hn hc
   unfold prob
   grind
 
 /-- The never-event has probability `0`. -/
-theorem prob_never_le (S : Sample Ω) : S.prob (fun _ => false) ≤ 0 := by
-  have h0 : ((0 : Nat) : Rat) = 0 := by
-    have h := Rat.natCast_add 0 0
-    simp only [Nat.add_zero] at h
-    grind
+theorem prob_never_le (S : Sample Ω) : S.prob (α := α) (fun _ => false) ≤ 0 := by
   have hc : S.count (fun _ => false) = 0 := count_never S.points
   unfold prob
-  rw [hc, h0]
+  rw [hc, Lean.Grind.Semiring.natCast_zero]
   grind
+
+/-- Probabilities are nonnegative. -/
+theorem prob_nonneg (S : Sample Ω) (E : Ω → Bool) : (0 : α) ≤ S.prob E := by
+  have hn : (0 : α) < (S.points.length : α) :=
+    natCast_pos (List.length_pos_iff.mpr S.nonempty)
+  have h := WitCert.Analytic.div_le_div_of_le hn (natCast_nonneg (α := α) (S.count E))
+  unfold prob
+  grind
+
+end Prob
 
 end Sample
 
@@ -210,9 +261,9 @@ structure Contract {Ω : Type} {s t : Site} {i : Metric s} {o : Metric t} (S : S
   /-- The failure event. -/
   bad : Ω → Bool
   /-- Failure probability. -/
-  delta : Rat
+  delta : α
   /-- The failure event has probability at most `delta`. -/
-  prob_bad : S.prob bad ≤ delta
+  prob_bad : S.prob (α := α) bad ≤ delta
   /-- Tier, decided from the evidence. -/
   tier : Tier
   /-- Soundness: outside the failure event, on the domain, `e_out ≤ a * e_in + b`. -/
@@ -238,7 +289,7 @@ noncomputable def comp (g : Contract S Y Z) (f : Contract S X Y) : Contract S X 
   bad ω := f.bad ω || g.bad ω
   delta := f.delta + g.delta
   prob_bad := by
-    have h := S.prob_or_le f.bad g.bad
+    have h := S.prob_or_le (α := α) f.bad g.bad
     have h₁ := f.prob_bad
     have h₂ := g.prob_bad
     grind
@@ -352,9 +403,9 @@ structure MonoContract {Ω : Type} {s t : Site} {i : Metric s} {o : Metric t} (S
   /-- The failure event. -/
   bad : Ω → Bool
   /-- Failure probability. -/
-  delta : Rat
+  delta : α
   /-- The failure event has probability at most `delta`. -/
-  prob_bad : S.prob bad ≤ delta
+  prob_bad : S.prob (α := α) bad ≤ delta
   /-- Tier, decided from the evidence. -/
   tier : Tier
   /-- Soundness: outside the failure event, on the domain, `e_out ≤ transfer e_in`. -/
@@ -380,7 +431,7 @@ noncomputable def comp (g : MonoContract S Y Z) (f : MonoContract S X Y) :
   bad ω := f.bad ω || g.bad ω
   delta := f.delta + g.delta
   prob_bad := by
-    have h := S.prob_or_le f.bad g.bad
+    have h := S.prob_or_le (α := α) f.bad g.bad
     have h₁ := f.prob_bad
     have h₂ := g.prob_bad
     grind
