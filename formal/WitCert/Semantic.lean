@@ -45,6 +45,8 @@ proof of the composite from the two soundness proofs; the bridges of `WitCert.Br
 
 * `WitCert.Semantic.Sample.prob_or_le`: the union bound; `Sample.prob_never_le`,
   `Sample.prob_nonneg`.
+* `WitCert.Semantic.Contract.comp_sound`, `Contract.id_sound`: the composite and the identity
+  are sound, their numbers written out (what the Python composition and identity cite).
 * `WitCert.Semantic.Contract.comp_a`, `comp_b`, `comp_delta`, `comp_tier`: the composite's
   numbers are those of `WitCert.Contract.comp`; `erase_comp`: erasing commutes with composition.
 * `WitCert.Semantic.Contract.comp_a_assoc`, `comp_b_assoc`, `comp_delta_assoc`,
@@ -333,6 +335,21 @@ theorem comp_tier (g : Contract S Y Z) (f : Contract S X Y) :
 /-- The composite fails exactly where one of its stages fails. -/
 theorem comp_bad (g : Contract S Y Z) (f : Contract S X Y) (ω : Ω) :
     (g.comp f).bad ω = (f.bad ω || g.bad ω) := rfl
+
+/-- The soundness of a series composite, its numbers written out: outside the union of the two
+failure events and on the pulled-back domain, `e_out ≤ (a₂ a₁) e_in + (a₂ b₁ + b₂)`, proved from
+the two stages' soundness fields (Python `Contract.__rshift__`). -/
+theorem comp_sound (g : Contract S Y Z) (f : Contract S X Y) (ω : Ω)
+    (hω : (g.comp f).bad ω = false) (x x' : X.carrier) (hd : (g.comp f).dom (X.err x x')) :
+    Z.err ((g.comp f).exact x) ((g.comp f).approx ω x') ≤
+      g.a * f.a * X.err x x' + (g.a * f.b + g.b) :=
+  (g.comp f).sound ω hω x x' hd
+
+/-- The identity contract is sound everywhere: `e_out ≤ 1 · e_in + 0`, never failing (Python
+`identity`). -/
+theorem id_sound (S : Sample Ω) (X : Space α i) (ω : Ω) (x x' : X.carrier) :
+    X.err ((Contract.id S X).exact x) ((Contract.id S X).approx ω x') ≤ 1 * X.err x x' + 0 :=
+  (Contract.id S X).sound ω rfl x x' trivial
 
 /-- Slopes compose associatively. -/
 theorem comp_a_assoc (h : Contract S Z W) (g : Contract S Y Z) (f : Contract S X Y) :
