@@ -21,6 +21,7 @@ public import WitCert.Sampling
 public import WitCert.Semantic
 public import WitCert.Diagnosis
 public import WitCert.SemanticBridges
+public import WitCert.SemanticMeters
 public import WitCert.GeneratedChecks
 
 /-!
