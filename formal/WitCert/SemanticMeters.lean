@@ -16,14 +16,20 @@ public import WitCert.Formats
 The meters of `WitCert.Meters`, `WitCert.Witness` and `WitCert.Formats` read per-token logit
 bounds `c` and report a bound; the ledger of `WitCert.Ledger` hands out failure allowances. This
 file restates each of them about the semantic contracts of `WitCert.Semantic`: the statement
-names the contract's failure event, its exact and approximate maps, and writes the meter's bound
-out. The softmax meters bound the output error of `softmaxTVEform`, the logit meters bound the
+names the contract's exact and approximate maps (or its `delta` and failure event) and writes
+the meter's bound out. The softmax meters bound the output error of `softmaxTVEform`, the logit meters bound the
 logit error of `scoreBridge`, and the telescoping allowances bound the failure probability of a
-`Contract.recurrence`.
+`Contract.recurrence`; entry-level fallback becomes a contract on a step's entries.
 
 ## Main definitions
 
-None: the contracts are those of `WitCert.Semantic`.
+* `WitCert.Semantic.entryContract`: the contract an entry runs, its metered contract when kept,
+  the identity when it falls back.
+* `WitCert.Semantic.entrySpace`: entries on a list of coordinates with the summed error
+  `Σ_t |x_t − x'_t|`, at any metric; `entryStore`: the stored entries, kept ones stored, the
+  others exact.
+* `WitCert.Semantic.entryFallback`: entry-level certification with local fallback as a contract
+  `e_out ≤ 1 · e_in + Σ_{kept} bound_t`.
 
 ## Main statements
 
@@ -40,6 +46,14 @@ None: the contracts are those of `WitCert.Semantic`.
   `k`-th telescoping allowance has at most the telescoping spend as its `delta`;
   `recurrence_delta_le_budget`, `recurrence_prob_bad_lt_budget`: its `delta` and the probability
   of its failure event are `< δ`.
+* `WitCert.Semantic.recurrence_delta_eq`: the `delta` of a recurrence is the sum of its steps'.
+* `WitCert.Semantic.entry_fallback_meter_sound`, `entry_fallback_prob_bad_le`: entries that fall
+  back cost nothing, so the `delta` of a step's composite, and the probability of its failure
+  event, are at most the sum of the kept entries' allowances.
+* `WitCert.Semantic.entry_fallback_contract_sound`: soundness of `entryFallback`, bound written
+  out (the summed error of the stored step is at most `Σ_t |x_t − x'_t| + Σ_{kept} bound_t`).
+* Helpers: `scoreBridge_sub` (the logit error of `scoreBridge` is `sc ⟨q, k − k'⟩`),
+  `dot_append`, `dot_flatten`, `abs_sub_le_add`, `sum_map_le_add`, `entryStore_le`.
 
 ## Implementation notes
 
@@ -55,7 +69,10 @@ None: the contracts are those of `WitCert.Semantic`.
   `logitSqSpace` is `Rat` only after unfolding.
 * The band witness statement takes the bands as lists of coordinates, each with its witness
   `x_b`; the score contract reads the coordinates of all the bands in order.
-* The ledger statements are over `Rat` spaces, like `Contract.recurrence`.
+* The ledger statements are over `Rat` spaces, like `Contract.recurrence`: there the field of
+  the contracts is `Rat`, so they read the same whether `delta` is typed `Rat` or by the field.
+* A kept entry's store is within its bound at every input (`∀ v, |v − store t v| ≤ bound t`),
+  as the storage witness of `WitCert.Semantic.storageWitness` is.
 -/
 
 @[expose] public section
@@ -311,7 +328,170 @@ theorem recurrence_prob_bad_lt_budget {δ : Rat} (hδ : 0 < δ) (cs : List (Cont
   have h2 := recurrence_delta_le_budget hδ cs hcs
   grind
 
+/-! ### Entry-level fallback -/
+
+/-- The contract an entry runs: its metered contract when it is kept (`e.1 = true`), the identity
+(the exact bytes, certain) when it falls back. The third component is the entry's allowance. -/
+noncomputable def entryContract (e : Bool × Contract S X X × Rat) : Contract S X X :=
+  cond e.1 e.2.1 (Contract.id S X)
+
+/-- The `delta` of a recurrence is the sum of the deltas of its steps, after `acc`'s. -/
+theorem recurrence_delta_eq (acc : Contract S X X) (cs : List (Contract S X X)) :
+    (Contract.recurrence acc cs).delta = acc.delta + (cs.map fun c => c.delta).sum := by
+  induction cs generalizing acc with
+  | nil => simp only [Contract.recurrence, List.foldl_nil, List.map_nil, List.sum_nil] <;> grind
+  | cons c cs ih =>
+    have e1 : Contract.recurrence acc (c :: cs) = Contract.recurrence (c.comp acc) cs := rfl
+    have e2 : (c.comp acc).delta = acc.delta + c.delta := rfl
+    rw [e1, ih, e2]
+    simp only [List.map_cons, List.sum_cons]
+    grind
+
+/-- Entry-level fallback as a statement about contracts: the entries of a step run in order, a
+kept entry runs its metered contract, whose `delta` is at most the entry's allowance, and an
+entry that falls back runs the identity (exact bytes, `delta = 0`). The composite's `delta` is
+at most the sum of the kept entries' allowances: an entry that falls back costs nothing. From
+`WitCert.Ledger.entry_fallback_sound`. Python: `certify_entries`. -/
+theorem entry_fallback_meter_sound (es : List (Bool × Contract S X X × Rat))
+    (hkeep : ∀ e ∈ es, e.1 = true → e.2.1.delta ≤ e.2.2) :
+    (Contract.recurrence (Contract.id S X) (es.map entryContract)).delta ≤
+      (es.map fun e => if e.1 then e.2.2 else 0).sum := by
+  have h := Ledger.entry_fallback_sound (es.map fun e => (e.1, (entryContract e).delta, e.2.2))
+    (by
+      intro x hx hf
+      obtain ⟨⟨b, c, w⟩, _, rfl⟩ := List.mem_map.mp hx
+      cases b
+      · rfl
+      · cases hf)
+    (by
+      intro x hx ht
+      obtain ⟨⟨b, c, w⟩, he, rfl⟩ := List.mem_map.mp hx
+      cases b
+      · cases ht
+      · exact hkeep (true, c, w) he rfl)
+  simp only [List.map_map, Function.comp_def] at h
+  rw [recurrence_delta_eq]
+  simp only [List.map_map, Function.comp_def]
+  have e0 : (Contract.id S X).delta = 0 := rfl
+  rw [e0]
+  grind
+
+/-- Under the hypotheses of `entry_fallback_meter_sound`, the failure event of the composite has
+probability at most the sum of the kept entries' allowances. -/
+theorem entry_fallback_prob_bad_le (es : List (Bool × Contract S X X × Rat))
+    (hkeep : ∀ e ∈ es, e.1 = true → e.2.1.delta ≤ e.2.2) :
+    S.prob (Contract.recurrence (Contract.id S X) (es.map entryContract)).bad ≤
+      (es.map fun e => if e.1 then e.2.2 else 0).sum := by
+  have h1 := (Contract.recurrence (Contract.id S X) (es.map entryContract)).prob_bad
+  have h2 := entry_fallback_meter_sound es hkeep
+  grind
+
 end Ledger
+
+section Entries
+
+variable {Ω : Type} {β : Type}
+
+/-- Entries on the coordinates `L` with the summed error `Σ_t |x_t − x'_t|`, at any metric. -/
+noncomputable def entrySpace (L : List β) {s : Site} (m : Metric s) : Space Rat m where
+  carrier := β → Rat
+  err x x' := (L.map fun t => Bridges.abs (x t - x' t)).sum
+
+/-- The triangle inequality for `WitCert.Bridges.abs`. -/
+theorem abs_sub_le_add (x y z : Rat) :
+    Bridges.abs (x - z) ≤ Bridges.abs (x - y) + Bridges.abs (y - z) := by
+  unfold Bridges.abs
+  split <;> split <;> split <;> grind
+
+/-- A sum of terms each at most the sum of two terms is at most the sum of the two sums. -/
+theorem sum_map_le_add (L : List β) (f g h : β → Rat) (hf : ∀ t ∈ L, f t ≤ g t + h t) :
+    (L.map f).sum ≤ (L.map g).sum + (L.map h).sum := by
+  induction L with
+  | nil => simp only [List.map_nil, List.sum_nil] <;> grind
+  | cons x L ih =>
+    simp only [List.map_cons, List.sum_cons]
+    have h₁ := hf x (by simp)
+    have h₂ := ih (fun t ht => hf t (by simp [ht]))
+    grind
+
+/-- The stored entries of a step with local fallback: a kept entry (`keep t = true`) is stored
+as `store t v`, an entry that falls back keeps its exact bytes `v`. -/
+noncomputable def entryStore (keep : β → Bool) (store : β → Rat → Rat) (x : β → Rat) :
+    β → Rat :=
+  fun t => cond (keep t) (store t (x t)) (x t)
+
+/-- The stored entries differ from the entries by at most the kept entries' bounds in total,
+when every kept entry is stored within its bound. From `WitCert.Ledger.entry_fallback_sound`. -/
+theorem entryStore_le (L : List β) (keep : β → Bool) (store : β → Rat → Rat) (bound : β → Rat)
+    (hkeep : ∀ t ∈ L, keep t = true → ∀ v, Bridges.abs (v - store t v) ≤ bound t)
+    (x : β → Rat) :
+    (L.map fun t => Bridges.abs (x t - entryStore keep store x t)).sum ≤
+      (L.map fun t => if keep t then bound t else 0).sum := by
+  have h := Ledger.entry_fallback_sound
+    (L.map fun t => (keep t, Bridges.abs (x t - entryStore keep store x t), bound t))
+    (by
+      intro e he hf
+      obtain ⟨t, _, rfl⟩ := List.mem_map.mp he
+      have hk : keep t = false := hf
+      show Bridges.abs (x t - entryStore keep store x t) = 0
+      unfold entryStore
+      rw [hk]
+      unfold Bridges.abs
+      split <;> grind)
+    (by
+      intro e he hk
+      obtain ⟨t, ht, rfl⟩ := List.mem_map.mp he
+      have hk' : keep t = true := hk
+      show Bridges.abs (x t - entryStore keep store x t) ≤ bound t
+      unfold entryStore
+      rw [hk']
+      exact hkeep t ht hk' (x t))
+  simp only [List.map_map, Function.comp_def] at h
+  exact h
+
+/-- Entry-level certification with local fallback as a contract on a step's entries (Python
+`certify_entries`, sum aggregate): the approximate map stores the kept entries and restores the
+others to exact bytes; every kept entry is stored within its bound. The step's error is at most
+`1 · e_in + Σ_{kept} bound_t`: one bad entry costs that entry, not the step. -/
+noncomputable def entryFallback (L : List β) (keep : β → Bool) (store : β → Rat → Rat)
+    (bound : β → Rat)
+    (hkeep : ∀ t ∈ L, keep t = true → ∀ v, Bridges.abs (v - store t v) ≤ bound t)
+    (S : Sample Ω) {s : Site} (m : Metric s) : Contract S (entrySpace L m) (entrySpace L m) where
+  exact x := x
+  approx _ x' := entryStore keep store x'
+  a := 1
+  b := (L.map fun t => if keep t then bound t else 0).sum
+  a_nonneg := by decide
+  dom _ := True
+  dom_down _ h := h
+  bad _ := false
+  delta := 0
+  prob_bad := S.prob_never_le
+  tier := .certified
+  sound _ _ x x' _ := by
+    have h₁ := sum_map_le_add L (fun t => Bridges.abs (x t - entryStore keep store x' t))
+      (fun t => Bridges.abs (x t - x' t)) (fun t => Bridges.abs (x' t - entryStore keep store x' t))
+      (fun t _ => abs_sub_le_add (x t) (x' t) (entryStore keep store x' t))
+    have h₂ := entryStore_le L keep store bound hkeep x'
+    show (L.map fun t => Bridges.abs (x t - entryStore keep store x' t)).sum ≤
+      1 * (L.map fun t => Bridges.abs (x t - x' t)).sum +
+        (L.map fun t => if keep t then bound t else 0).sum
+    grind
+
+/-- Soundness of `entryFallback`, bound written out: outside the failure event, the summed error
+of the stored step is at most `1 · Σ_t |x_t − x'_t| + Σ_{kept} bound_t`. -/
+theorem entry_fallback_contract_sound (L : List β) (keep : β → Bool) (store : β → Rat → Rat)
+    (bound : β → Rat)
+    (hkeep : ∀ t ∈ L, keep t = true → ∀ v, Bridges.abs (v - store t v) ≤ bound t)
+    (S : Sample Ω) {s : Site} (m : Metric s) (ω : Ω)
+    (hω : (entryFallback L keep store bound hkeep S m).bad ω = false) (x x' : β → Rat) :
+    (L.map fun t =>
+        Bridges.abs (x t - (entryFallback L keep store bound hkeep S m).approx ω x' t)).sum ≤
+      1 * (L.map fun t => Bridges.abs (x t - x' t)).sum +
+        (L.map fun t => if keep t then bound t else 0).sum :=
+  (entryFallback L keep store bound hkeep S m).sound ω hω x x' trivial
+
+end Entries
 
 end WitCert.Semantic
 
