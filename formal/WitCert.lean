@@ -22,6 +22,7 @@ public import WitCert.Semantic
 public import WitCert.Diagnosis
 public import WitCert.SemanticBridges
 public import WitCert.SemanticDither
+public import WitCert.SemanticMeters
 public import WitCert.GeneratedChecks
 
 /-!
