@@ -265,9 +265,9 @@ def test_tier_b_certificate_reading() -> None:
     assert isinstance(r.evidence, Composition) and r.evidence.restriction == NON_ADAPTIVE
     assert any(isinstance(part, Restricted) and part.subset == NON_ADAPTIVE
                for part in r.evidence.parts)
-    assert set(theorems_of(r.evidence)) == {"WitCert.Dither.dither_logit_tail",
-                                            "WitCert.Dither.signAvg_union_le",
-                                            "WitCert.Meters.tv_eform_sound"}
+    assert set(theorems_of(r.evidence)) == {"WitCert.Semantic.dither_tier_b_token_sound",
+                                            "WitCert.Semantic.dither_tier_b_prob_bad",
+                                            "WitCert.Semantic.tv_eform_meter_sound"}
     assert "non-adaptive" in NON_ADAPTIVE
     u = subgaussian_radius(dither_variance_proxy(q, st_, scale=d ** -0.5), delta_loc=dl) \
         + dither_mean_offset(q, st_, scale=d ** -0.5)

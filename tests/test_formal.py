@@ -278,11 +278,45 @@ def test_constructed_contracts_cite_exported_theorems(exported: dict[str, str]) 
         assert c.theorems, c
         missing = [t for t in c.theorems if t not in exported]
         assert not missing, (c.name, missing)
-    assert "WitCert.Contract.comp_sound" in chained.theorems
+    assert "WitCert.Semantic.Contract.comp_sound" in chained.theorems
     stable = bridges.rank_prefix_stable([[3.0, 1.0, 0.9]], k=1, eps=0.5)
     assert stable.theorem in exported
     for t in tiers.WEAKEST_THEOREMS + (theorems.DECIDE_SATURATED_NE_CERTIFIED,):
         assert t in exported
+
+
+# Cited theorems that are facts about numbers, not about a stage's exact and approximate maps:
+# statistical tests, allowance arithmetic, the grid's moment bound, format residuals (each the
+# premise of a contract below), the tighter of two bounds, bound addition.
+NOT_ABOUT_A_STAGE = {
+    theorems.ADD_SOUND, theorems.GRID_MGF_LE, theorems.FORMAT_RESIDUAL_LE,
+    theorems.NEAREST_RESIDUAL_LE, theorems.TRUNC_RESIDUAL_LE, theorems.MIN_BOUND_SOUND,
+    theorems.PAGE_IN_DECREASE, theorems.SENTINEL_ROUNDS_SOUND, theorems.RATE_UPPER_BOUND_SOUND,
+    theorems.ONE_SUB_POW_LE_EXP,
+}
+
+
+def test_bridges_meters_and_ledger_cite_semantic_contracts(exported: dict[str, str]) -> None:
+    """Every bridge schema, meter and ledger spend rule the library certifies with cites a
+    theorem about a ``WitCert.Semantic`` contract: one whose statement reads the contract's
+    exact and approximate maps (or its failure event), not the numbers-only layer."""
+    import witcert_calculus.meters as meters
+    import witcert_calculus.meters.output_bound  # noqa: F401  (defines a schema)
+    from witcert_calculus.accounting.budget import SPEND_THEOREMS
+    from witcert_calculus.accounting.entries import ENTRY_THEOREM
+    from witcert_calculus.schemas import builtin_schemas
+
+    cited = {s.theorem for s in builtin_schemas()}
+    cited |= {t for ts in meters.THEOREMS.values() for t in ts} - NOT_ABOUT_A_STAGE
+    cited |= {SPEND_THEOREMS[0], ENTRY_THEOREM}
+    assert len(cited) >= 20
+    for name in sorted(cited):
+        assert name.startswith("WitCert.Semantic."), name
+        statement = exported[name]
+        assert re.search(r"\)\.(exact|approx|bad)\b|\)\.recurrence ", statement), (name, statement)
+    # Tier B's failure event is a real one: its probability is bounded by the tails, not 0
+    tail = exported[theorems.DITHER_TIER_B_PROB_BAD]
+    assert ".prob" in tail and "E.exp (-(r t * r t / (2 * σ2 t)))" in tail, tail
 
 
 # ----------------------------------------------------------------------- the generated checks

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
 from witcert_calculus.meters.formats import EPS, ETA, Fp8Format, Rounding, code_step, \
     code_value, format_logit_bound, format_witness, witness_exact, witness_table
-from witcert_calculus.lean.theorems import BOX_LOGIT_BOUND_SOUND, MIN_BOUND_SOUND
+from witcert_calculus.lean.theorems import BOX_LOGIT_BOUND_METER_SOUND, MIN_BOUND_SOUND
 from witcert_calculus.meters.tv_forms import tv_meter
 from witcert_calculus.meters.witness import RopeLayout, band_witness, logit_bound, tighter
 from witcert_calculus.tiers import Tier, decide_tier, theorems_of
@@ -190,7 +190,7 @@ def test_box_bound_evidence_saturation_and_errors() -> None:
     c = format_logit_bound(q, w, scale=0.5)
     assert c.values[0] == np.inf  # inf meets a zero query channel: saturated, never NaN
     assert c.values[1] == 0.0 and c.values[2] == np.inf
-    assert theorems_of(c.evidence) == (BOX_LOGIT_BOUND_SOUND,)
+    assert theorems_of(c.evidence) == (BOX_LOGIT_BOUND_METER_SOUND,)
     assert decide_tier(c.evidence) is Tier.CERTIFIED
     with pytest.raises(InvalidValueError, match="channels"):
         format_logit_bound(q, np.ones((2, 4)), scale=0.5)

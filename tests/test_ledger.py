@@ -59,10 +59,15 @@ def empirical(value: float = 0.01) -> Reading[Any]:
 
 
 def test_theorem_names() -> None:
-    assert SPEND_THEOREMS == ("WitCert.Ledger.telescope_sum_eq",
+    assert SPEND_THEOREMS == ("WitCert.Semantic.recurrence_prob_bad_lt_budget",
+                              "WitCert.Ledger.telescope_sum_eq",
                               "WitCert.Ledger.telescope_partial_lt",
                               "WitCert.Ledger.two_layer_budget")
-    assert ENTRY_THEOREM == "WitCert.Ledger.entry_fallback_sound"
+    assert ENTRY_THEOREM == "WitCert.Semantic.entry_fallback_contract_sound"
+    # each aggregate cites the theorem of its own rule: a sum of kept bounds, or their maximum
+    assert certify_entries([0.01, 0.5], threshold=0.1).theorem == ENTRY_THEOREM
+    assert certify_entries([0.01, 0.5], threshold=0.1, aggregate=Aggregate.MAX).theorem == \
+        "WitCert.Ledger.entry_fallback_max_sound"
 
 
 def test_telescoping_first_values() -> None:

@@ -103,13 +103,13 @@ def test_public_names_exist() -> None:
 
 
 AGREED_LEAN_NAMES = {
-    "WitCert.Witness.logit_bound_sound", "WitCert.Meters.tv_eform_sound",
-    "WitCert.Meters.tv_two_sided_sound", "WitCert.Meters.tv_retention_sound",
+    "WitCert.Semantic.logit_bound_norms_meter_sound", "WitCert.Semantic.tv_eform_meter_sound",
+    "WitCert.Semantic.tv_two_sided_meter_sound", "WitCert.Semantic.tv_retention_meter_sound",
     "WitCert.Semantic.output_error_contract_at", "WitCert.Meters.page_in_decrease",
     "WitCert.Meters.sentinel_rounds_sound", "WitCert.Meters.rate_upper_bound_sound",
-    "WitCert.Analytic.softmax_tv_tanh_sound", "WitCert.Analytic.one_sub_pow_le_exp",
-    "WitCert.Dither.grid_mgf_le", "WitCert.Dither.dither_logit_tail",
-    "WitCert.Dither.signAvg_union_le", "WitCert.Formats.box_logit_bound_sound",
+    "WitCert.Semantic.softmax_tv_tanh_contract_sound", "WitCert.Analytic.one_sub_pow_le_exp",
+    "WitCert.Dither.grid_mgf_le", "WitCert.Semantic.dither_tier_b_token_sound",
+    "WitCert.Semantic.dither_tier_b_prob_bad", "WitCert.Semantic.box_logit_bound_meter_sound",
     "WitCert.Formats.format_residual_le", "WitCert.Formats.trunc_residual_le",
     "WitCert.Formats.min_bound_sound", "WitCert.Formats.nearest_residual_le",
 }
@@ -256,11 +256,11 @@ def test_readings_are_typed_and_tiered_by_the_machine() -> None:
     r = tv_eform(p, established(np.array([0.01, 0.02, 0.0]))).reading()
     assert isinstance(r, Reading) and r.metric == AttentionTV[AtConsume]
     assert r.tier is Tier.CERTIFIED
-    assert isinstance(r.evidence, Proof) and r.evidence.theorem == "WitCert.Meters.tv_eform_sound"
+    assert isinstance(r.evidence, Proof) and r.evidence.theorem == "WitCert.Semantic.tv_eform_meter_sound"
     assert tv_two_sided(p, established(np.ones(3))).reading().evidence.theorem == \
-        "WitCert.Meters.tv_two_sided_sound"  # type: ignore[union-attr]
-    assert tv_retention(p, np.ones(3)).theorem == "WitCert.Meters.tv_retention_sound"
-    assert tv_tanh_max(np.ones(3)).theorem == "WitCert.Analytic.softmax_tv_tanh_sound"
+        "WitCert.Semantic.tv_two_sided_meter_sound"  # type: ignore[union-attr]
+    assert tv_retention(p, np.ones(3)).theorem == "WitCert.Semantic.tv_retention_meter_sound"
+    assert tv_tanh_max(np.ones(3)).theorem == "WitCert.Semantic.softmax_tv_tanh_contract_sound"
     sat = tv_meter(p, np.full(3, 3.0)).reading()
     assert sat.tier is Tier.SATURATED and sat.raw > 1 and sat.value == 1.0
 
@@ -278,8 +278,8 @@ def test_meter_reading_plugs_into_contract_chains() -> None:
     assert y.tier is Tier.PARTIALLY_CERTIFIED
     assert y.assumptions == (VALUE_NORM_ASSUMPTION, RHO_ASSUMPTION)
     assert "WitCert.Semantic.output_error_contract_at" in selected.theorems
-    assert "WitCert.Meters.tv_eform_sound" in out_contract.bound(reading).evidence.__repr__() or \
-        "WitCert.Meters.tv_two_sided_sound" in out_contract.bound(reading).evidence.__repr__()
+    assert "WitCert.Semantic.tv_eform_meter_sound" in out_contract.bound(reading).evidence.__repr__() or \
+        "WitCert.Semantic.tv_two_sided_meter_sound" in out_contract.bound(reading).evidence.__repr__()
     want = 2.0 * 2.0 * (reading.raw + 0.0005) + 0.6 * 0 + 0.3 * 0.01 + 0.1 * 0.02
     assert y.raw == pytest.approx(want, rel=1e-12) and y.raw >= want * (1 - 1e-15)
 

@@ -23,7 +23,7 @@ from witcert_calculus.lean.modelling import (
     modelling_of,
     steps_for,
 )
-from witcert_calculus.lean.theorems import TV_EFORM_SOUND, cited_theorems, lookup
+from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND, cited_theorems, lookup
 from witcert_calculus.meters.tv_forms import tv_eform
 from witcert_calculus.meters.witness import RopeLayout, logit_bound
 from reference.issued import proof, reading
@@ -84,8 +84,8 @@ def test_a_tv_reading_lists_the_steps_it_rests_on_without_changing_its_tier() ->
 def test_steps_of_evidence_follow_the_cited_theorems() -> None:
     from witcert_calculus.tiers import Composition, Proof
 
-    e = Composition((proof(TV_EFORM_SOUND), proof("WitCert.Contract.comp_sound")))
-    assert modelling_of(e) == steps_for(TV_EFORM_SOUND)
+    e = Composition((proof(TV_EFORM_METER_SOUND), proof("WitCert.Contract.comp_sound")))
+    assert modelling_of(e) == steps_for(TV_EFORM_METER_SOUND)
     assert steps_for("WitCert.Contract.comp_sound") == ()
 
 

@@ -222,7 +222,7 @@ def test_logit_bound_exact_on_rationals() -> None:
     want = Fraction(1, 2) * (Fraction(5) * Fraction(1) + Fraction(13) * Fraction(13, 10))
     assert Fraction(float(c[0])) >= want - Fraction(1, 10**15)
     assert abs(Fraction(float(c[0])) - want) < Fraction(1, 10**12)
-    assert LOGIT_BOUND_THEOREM == "WitCert.Witness.logit_bound_sound"
+    assert LOGIT_BOUND_THEOREM == "WitCert.Semantic.logit_bound_norms_meter_sound"
 
 
 def test_logit_bound_against_sympy_square_roots() -> None:

@@ -8,7 +8,7 @@ bridge ``TV <= (exp(2 eps) - 1) / 2``); its bound is then the smaller of the two
 Coefficients are exact :class:`fractions.Fraction` values; numbers that leave the
 library are rounded upward, so a reported bound is never below the exact one.
 
-Series composition (Lean: ``WitCert.Contract.comp_sound``, ``comp_a``, ``comp_b``,
+Series composition (Lean: ``WitCert.Semantic.Contract.comp_sound``, ``WitCert.Contract.comp_sound``, ``comp_a``, ``comp_b``,
 ``comp_delta``, ``comp_tier``, ``comp_domain_sound``, ``comp_assoc``, ``id_comp``,
 ``comp_id``): for ``c1 : In -> Mid`` and ``c2 : Mid -> Out`` with ``a2 >= 0``,
 
@@ -654,7 +654,7 @@ def _compose(c1: Contract[Any, Any], c2: Contract[Any, Any]) -> Contract[Any, An
 def identity(metric: type[M]) -> Contract[M, M]:
     """The identity contract ``e_out <= e_in`` on one metric; a unit of composition.
 
-    Lean: ``WitCert.Contract.id_sound``, ``id_comp``, ``comp_id``.
+    Lean: ``WitCert.Semantic.Contract.id_sound``, ``WitCert.Contract.id_comp``, ``comp_id``.
 
     Example:
         >>> from witcert_calculus import AttentionTV, AtConsume

@@ -412,7 +412,7 @@ class RiskLedger:
             TokenReusedError: as :meth:`admit`.
             JournalError: as :meth:`admit`.
 
-        Lean: ``WitCert.Ledger.entry_fallback_sound`` (with the spend theorems).
+        Lean: ``WitCert.Semantic.entry_fallback_contract_sound`` (with the spend theorems).
         """
         tok = _token(token)
         batch = EntryBatch.certify(bounds, threshold=threshold, metric=metric, evidence=evidence,

@@ -201,7 +201,7 @@ def _builtin(schema: Schema) -> Schema:
 #: :func:`~witcert_calculus.contracts.identity` (which issues it directly, being the unit this
 #: module's contracts compose with; ``IDENTITY.issue(metric) == identity(metric)``).
 IDENTITY: Final = _builtin(Schema(ID_SOUND, None, None, (), lambda: Claim(a=1, b=0),
-                                  states=("eOut ≤ e → (Contract.id m).Holds e eOut",),
+                                  states=("≤ 1 * X.err x x' + 0",),
                                   name="identity"))
 
 

@@ -226,7 +226,7 @@ class Proof:
     nothing beyond the number it backs. One built by hand or edited is refused.
 
     Attributes:
-        theorem: fully qualified Lean theorem name, e.g. ``"WitCert.Contract.comp_sound"``.
+        theorem: fully qualified Lean theorem name, e.g. ``"WitCert.Semantic.Contract.comp_sound"``.
         premises: the premises and their checked truth values.
         claim: what the proof was issued for (a contract's claim, see
             :class:`~witcert_calculus.contracts.Contract`; empty for a meter's number).

@@ -75,7 +75,7 @@ from witcert_adapters.schemes import get_scheme
 from witcert_adapters.witness_cache import WitnessCache
 from witcert_calculus.contracts import _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.meters.tv_forms import TVBasis
 from witcert_calculus.meters.witness import LogitBound
@@ -332,9 +332,9 @@ class Probe:
         truths = [t for b in self._event_bases for _, t in b.checks if isinstance(t, torch.Tensor)]
         if truths and not bool(torch.stack(truths).all()):
             for b in self._event_bases:
-                b.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)  # raises PremiseError
+                b.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)  # raises PremiseError
         worst = self._event_bases[int(torch.argmax(maxima))]
-        evidence_max = worst.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+        evidence_max = worst.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)
         reading = _reading(AttentionTV[AtConsume], raw, evidence=evidence_max, delta=delta.exact)
         admission = self.ledger.admit(self.request_id, reading)
         self._events.append(TierBEvent(len(self._events), delta.exact, rows, reading, admission))

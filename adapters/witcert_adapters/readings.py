@@ -25,14 +25,14 @@ from witcert_adapters.live_run import LiveRun
 from witcert_calculus import RiskLedger, Verdict
 from witcert_calculus.contracts import Contract, Reading, chain, _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND
 from witcert_calculus.metrics import AtConsume, AttentionTV, KeyResidualAbs
 from witcert_calculus.numerics.validation import real
 
 __all__ = ["METER_THEOREM", "DenseChain", "LayerReading", "admit_readings", "coverage",
            "dense_chain", "layer_readings"]
 
-METER_THEOREM: Final = TV_TWO_SIDED_SOUND
+METER_THEOREM: Final = TV_TWO_SIDED_METER_SOUND
 
 DenseChain: TypeAlias = Contract[KeyResidualAbs[AtConsume], AttentionTV[AtConsume]]
 """The composed contract of one dense layer: storage witness to attention TV."""
@@ -86,7 +86,7 @@ def layer_readings(run: LiveRun, *, chains: Mapping[int, DenseChain] | None = No
             read.two_sided.reshape(-1)[flat])
         # The logit bounds were established from the stored witnesses and the live queries
         # (witcert_kernels.meter.logit_bound); each call's computed premises are read here.
-        evidence = read.evidence(TV_EFORM_SOUND if eform_wins else METER_THEOREM)
+        evidence = read.evidence(TV_EFORM_METER_SOUND if eform_wins else METER_THEOREM)
         reading = _reading(AttentionTV[AtConsume], value, evidence=evidence)
         ch = None if chains is None else chains.get(layer)
         out.append(LayerReading(layer, reading, (cell[0], cell[1], cell[2]), ch,

@@ -67,7 +67,7 @@ from witcert_calculus.meters.formats import BOX_PREMISE, Fp8Format, Rounding, bo
     witness_table
 from witcert_calculus.numerics.rounding import TINY, band_norm_margin, dot_margin, logit_margin, \
     sum_margin, tanh_margin, tv_margin
-from witcert_calculus.lean.theorems import TV_SINGLE_TOKEN
+from witcert_calculus.lean.theorems import TV_SINGLE_TOKEN_METER
 from witcert_calculus.meters.tv_forms import SINGLE_TOKEN_PREMISE, TVBasis, TVBatch
 from witcert_calculus.numerics.validation import positive_int, real
 from witcert_calculus.meters.witness import ESTABLISHERS, LogitBound, RopeLayout, band_channels, \
@@ -741,7 +741,7 @@ def meter_from_sums(log_a: torch.Tensor, log_a_minus: torch.Tensor, cmax: torch.
         zero = torch.zeros_like(e)
         e, t = torch.where(one, zero, e), torch.where(one, zero, t)
         checks = (*checks, (SINGLE_TOKEN_PREMISE, (~one | (positive <= 1)).all()))
-        also = (TV_SINGLE_TOKEN,)
+        also = (TV_SINGLE_TOKEN_METER,)
     return _Forms(e, t, gamma, alpha, one, _basis(c, checks, also))
 
 

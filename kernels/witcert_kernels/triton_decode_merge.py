@@ -52,7 +52,7 @@ from typing import Final, final
 
 import torch
 
-from witcert_calculus.lean.theorems import TV_SINGLE_TOKEN
+from witcert_calculus.lean.theorems import TV_SINGLE_TOKEN_METER
 from witcert_calculus.meters.tv_forms import TVBasis, _issue_basis  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.meters.witness import _WITNESS_PREMISE  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.meters.witness import _tier_a_evidence  # pyright: ignore[reportPrivateUsage]
@@ -159,7 +159,7 @@ def tier_a_meter(meter: torch.Tensor, *, tokens: int, seq_lens: torch.Tensor,
         ("no witness, logit or bound read by the kernel is NaN", ~nan.any()))
     basis = _issue_basis(checks=checks, logit=_tier_a_evidence(scale=scale, bands=bands,
                                                             query_bands=bands, witness_ok=None),
-                    delta=Fraction(0), also=(TV_SINGLE_TOKEN,))
+                    delta=Fraction(0), also=(TV_SINGLE_TOKEN_METER,))
     return TierMeter(log_a=log_a, log_a_minus=log_am, eform=e, two_sided=t,
                      meter=torch.minimum(e, t), tanh_max=th, bound_max=c_max,
                      basis=basis), w_min
@@ -182,6 +182,6 @@ def tier_b_meter(meter: torch.Tensor, *, tokens: int, seq_lens: torch.Tensor,
         checks.append(("cast_t is finite and >= 0 for every token read",
                        ~(meter[..., 19] > 0).any()))
     basis = _issue_basis(checks=tuple(checks), logit=_tier_b_query_evidence(tq, (assumption,)),
-                    delta=Fraction(tq.delta_loc), also=(TV_SINGLE_TOKEN,))
+                    delta=Fraction(tq.delta_loc), also=(TV_SINGLE_TOKEN_METER,))
     return TierMeter(log_a=log_a, log_a_minus=log_am, eform=e, two_sided=t,
                      meter=torch.minimum(e, t), tanh_max=th, bound_max=u_max, basis=basis)

@@ -20,7 +20,7 @@ from witcert_adapters.layer_log import AuditStep, LayerLog, ReadStep  # noqa: E4
 from witcert_adapters.readings import coverage, dense_chain, layer_readings  # noqa: E402
 from witcert_adapters.witness_cache import WitnessCache  # noqa: E402
 from witcert_calculus.errors import InvalidValueError  # noqa: E402
-from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND  # noqa: E402
+from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND  # noqa: E402
 from witcert_calculus.meters.tv_forms import TVBasis  # noqa: E402
 from witcert_calculus.tiers import Tier  # noqa: E402
 
@@ -278,8 +278,8 @@ def _same(a: Any, b: Any, where: str = "run") -> None:
     if isinstance(a, TVBasis):
         # Each basis is sealed as issued (a deferred truth as its own tensor): compared by
         # the evidence it gives.
-        assert a.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND) == b.evidence(
-            TV_EFORM_SOUND, TV_TWO_SIDED_SOUND), where
+        assert a.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND) == b.evidence(
+            TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND), where
     elif dataclasses.is_dataclass(a) and not isinstance(a, type):
         assert type(a) is type(b), where
         for f in dataclasses.fields(a):

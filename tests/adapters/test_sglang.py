@@ -627,7 +627,7 @@ def test_a_nan_witness_never_reads_as_exact_inside_sglang(sgl: dict[str, Any]) -
     exact key inside SGLang's kernel (``c = 0``, no flag). Its request's rows are NaN and the
     evidence is refused; the other requests' rows stay finite."""
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND
 
     c = Case("gqa", seed=9)
     with runtime.metering(ON) as rec:
@@ -647,7 +647,7 @@ def test_a_nan_witness_never_reads_as_exact_inside_sglang(sgl: dict[str, Any]) -
     assert bool(torch.isnan(got.meter[3]).all()), got.meter[3]
     assert bool(torch.isfinite(got.meter[:3]).all())
     with pytest.raises(PremiseError):
-        got.basis.evidence(TV_EFORM_SOUND)
+        got.basis.evidence(TV_EFORM_METER_SOUND)
 
 
 def test_logits_the_witnesses_do_not_bound_are_refused(sgl: dict[str, Any]) -> None:

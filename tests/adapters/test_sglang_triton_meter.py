@@ -22,7 +22,7 @@ import triton.language as tl  # noqa: E402
 from witcert_adapters.sglang.triton_meter import bounds_from_partials, empty_partials, \
     meter_block, meter_constants, meter_init, meter_store  # noqa: E402
 from witcert_calculus.errors import PremiseError  # noqa: E402
-from witcert_calculus.lean.theorems import TV_EFORM_SOUND  # noqa: E402
+from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND  # noqa: E402
 
 R, N, NB = 4, 16, 4  # query heads (one kv head), tokens, bands
 
@@ -66,7 +66,7 @@ def test_the_pieces_meter_a_clean_block() -> None:
     s = torch.randn(R, N, generator=g)
     _, got = _run(qn, w, s, 12)
     assert bool(torch.isfinite(got.meter).all()) and bool((got.meter > 0).all())
-    got.basis.evidence(TV_EFORM_SOUND)
+    got.basis.evidence(TV_EFORM_METER_SOUND)
 
 
 @pytest.mark.parametrize("where", ["band", "token", "head"])
@@ -94,4 +94,4 @@ def test_a_nan_never_reads_as_zero(what: str, where: str) -> None:
     else:
         assert bool(torch.isfinite(got.meter[0, [0, 2, 3]]).all())
     with pytest.raises(PremiseError):
-        got.basis.evidence(TV_EFORM_SOUND)
+        got.basis.evidence(TV_EFORM_METER_SOUND)

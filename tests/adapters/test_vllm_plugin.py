@@ -33,7 +33,7 @@ from witcert_adapters.vllm_plugin.verdicts import Accounts, external_id
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError, StaleReadError, \
     UnwrittenSlotError
-from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_CONTRACT_SOUND, TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND
 from witcert_calculus.meters.formats import Fp8Format
 from witcert_calculus.meters.tv_forms import tv_meter, tv_tanh_max
 from witcert_calculus.meters.witness import RopeLayout, band_witness, logit_bound
@@ -250,13 +250,13 @@ def test_meter_equals_the_librarys_per_row_meter_and_is_sound() -> None:
     assert summary["cells"] == eng.layers * 5 * H
     assert summary["audited"] == summary["cells"] and summary["violations"] == 0
     assert 0 < summary["true_max"] <= summary["worst"] <= 1
-    assert m.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND) is not None
+    assert m.basis.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND) is not None
 
 
 def test_a_row_that_sees_one_token_meters_zero() -> None:
     """A request's first prompt token attends to itself alone: TV is exactly 0 whatever its
     witness (Lean WitCert.Meters.tv_single_token), and the other rows keep their meter."""
-    from witcert_calculus.lean.theorems import TV_SINGLE_TOKEN
+    from witcert_calculus.lean.theorems import TV_SINGLE_TOKEN_METER
     from witcert_calculus.tiers import theorems_of
 
     eng = _Engine(CacheFormat.FP8_E4M3)
@@ -270,7 +270,7 @@ def test_a_row_that_sees_one_token_meters_zero() -> None:
     assert bool((m.meter[:, first[0]] == 0).all())
     others = [t for t in range(lay.rows) if t != first[0]]
     assert bool((m.meter[:, others] > 1).all())
-    assert TV_SINGLE_TOKEN in theorems_of(m.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND))
+    assert TV_SINGLE_TOKEN_METER in theorems_of(m.basis.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND))
 
 
 def test_the_cheap_form_needs_no_keys_and_is_sound() -> None:
@@ -281,7 +281,7 @@ def test_the_cheap_form_needs_no_keys_and_is_sound() -> None:
                   tau=0.1)
     cheap = meter_step(lay, sides=_sides(eng, lay, None, audit=False), form="tanh",
                        **common)  # type: ignore[arg-type]
-    assert cheap.theorems == (SOFTMAX_TV_TANH_SOUND,)
+    assert cheap.theorems == (SOFTMAX_TV_TANH_CONTRACT_SOUND,)
     assert cheap.basis.evidence(*cheap.theorems) is not None
     keys = visible_keys(eng.caches, lay.slots, fmt=eng.fmt, k_scales=eng.scales)
     audited = meter_step(lay, sides=_sides(eng, lay, keys), form="tanh",
@@ -332,8 +332,8 @@ def test_the_cascade_meters_only_cells_tanh_leaves_above_tau(tau: float) -> None
     assert tanh.summary[:, col["by_tanh"]].sum() == tanh.meter.numel()
     assert {0.1: not low.any(), 0.25: low.any() and not low.all(), 0.5: low.all()}[tau]
     needed = bool((~low).any())
-    assert cascade.theorems == ((SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
-                                if needed else (SOFTMAX_TV_TANH_SOUND,))
+    assert cascade.theorems == ((SOFTMAX_TV_TANH_CONTRACT_SOUND, TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)
+                                if needed else (SOFTMAX_TV_TANH_CONTRACT_SOUND,))
     assert cascade.basis.evidence(*cascade.theorems) is not None
     if needed:  # a cell above tau without the keys to meter it
         with pytest.raises(InvalidValueError, match="needs the stored keys"):
@@ -357,7 +357,7 @@ def test_a_cache_stored_exactly_meters_zero_without_reading_a_key() -> None:
     assert eng.buffer.exact is not None
     bare = [KeySide(None, None, stored_exactly=True) for _ in range(eng.layers)]
     m = meter_step(lay, sides=bare, **common)  # type: ignore[arg-type]
-    assert float(m.meter.abs().max()) == 0.0 and m.theorems == (SOFTMAX_TV_TANH_SOUND,)
+    assert float(m.meter.abs().max()) == 0.0 and m.theorems == (SOFTMAX_TV_TANH_CONTRACT_SOUND,)
     assert m.summary[:, SUMMARY.index("by_tanh")].tolist() == \
         m.summary[:, SUMMARY.index("cells")].tolist()
     assert "exactly" in str(m.basis.evidence(*m.theorems))
@@ -620,7 +620,7 @@ def _summary(cells: int, covered: int, worst: float, *, violations: int = 0) -> 
 def _evidence():
     eng = _Engine(CacheFormat.MODEL_DTYPE)
     lay, queries = _mixed_step(eng)
-    return _meter(eng, lay, queries).basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+    return _meter(eng, lay, queries).basis.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)
 
 
 def test_accounts_verdicts_gate_and_fail_closed() -> None:

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, dequantize, \
     element_offsets, stored_elements
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError, PremiseError
-from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND
 from witcert_calculus.meters.formats import Fp8Format, Rounding
 from witcert_calculus.meters.witness import LogitBound, is_established
 from witcert_calculus.numerics.rounding import logit_margin, tv_margin
@@ -250,7 +250,7 @@ def test_a_negative_witness_table_fails_the_premise() -> None:
     for basis in (tv_meter_batch(p, c, check=False).basis,
                   tv_meter_rows(logits, c, visible.view(1, 1, 6)).basis):
         with pytest.raises(PremiseError, match="w"):
-            basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+            basis.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)
 
 
 def test_positions_outside_the_caches_are_refused_by_name() -> None:
@@ -439,4 +439,4 @@ def test_the_compiled_meter_refuses_what_it_cannot_read() -> None:
     bad[0, 0, 0, 1, 0] = float("nan")
     basis = tv_meter_rows(bad, c, mask).basis
     with pytest.raises(PremiseError, match="p_tilde"):
-        basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+        basis.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)

@@ -252,7 +252,7 @@ def test_the_torch_tier_b_bound_carries_its_event_and_its_assumptions() -> None:
     from fractions import Fraction
 
     from witcert_calculus import AtConsume, AttentionTV, Reading
-    from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND
     from witcert_calculus.meters.dither import NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM
     from witcert_calculus.meters.witness import is_established
     from witcert_calculus.tiers import Tier
@@ -275,14 +275,14 @@ def test_the_torch_tier_b_bound_carries_its_event_and_its_assumptions() -> None:
     p = torch.softmax(torch.randn(1, 1, 2, 5, generator=g, dtype=torch.float64), dim=-1)
     b = tv_bounds_batch(p, both, check=False)
     r = reading(AttentionTV[AtConsume], float(b.meter.max()),
-                evidence=b.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND), delta=b.basis.delta)
+                evidence=b.basis.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND), delta=b.basis.delta)
     assert r.tier is Tier.PARTIALLY_CERTIFIED and r.delta == Fraction(1e-4)
     assert r.assumptions == u.assumptions
     bad = tier_b_logit_bound(q, enc.scales, None, scale=0.25, delta_loc=1e-4,
                              visible=torch.tensor([0, 5]))
     from witcert_calculus.errors import PremiseError
     with pytest.raises(PremiseError, match="visible"):
-        tv_bounds_batch(p, bad, check=False).basis.evidence(TV_EFORM_SOUND)
+        tv_bounds_batch(p, bad, check=False).basis.evidence(TV_EFORM_METER_SOUND)
 
 
 @pytest.mark.parametrize("where", ["scale", "cast"])
@@ -292,7 +292,7 @@ def test_a_corrupted_block_scale_or_cast_norm_refuses_the_tier_b_evidence(where:
     """One stored block scale (or cast norm) that is negative, infinite or NaN, anywhere in
     the history, refuses the Tier-B bound's evidence; the clean inputs give it."""
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND
     from witcert_kernels.dither import tier_b_logit_bound
     from witcert_kernels.meter import tv_bounds_batch
 
@@ -306,7 +306,7 @@ def test_a_corrupted_block_scale_or_cast_norm_refuses_the_tier_b_evidence(where:
     def evidence(scales: Any, cast_norms: Any) -> Any:
         u = tier_b_logit_bound(q, scales, cast_norms, scale=0.25, delta_loc=1e-4,
                                visible=torch.tensor([5, 5]))
-        return tv_bounds_batch(p, u, check=False).basis.evidence(TV_EFORM_SOUND)
+        return tv_bounds_batch(p, u, check=False).basis.evidence(TV_EFORM_METER_SOUND)
 
     assert evidence(enc.scales, cast) is not None
     scales, cast_norms = enc.scales.clone(), cast.clone()

@@ -271,7 +271,7 @@ def test_the_torch_logit_bound_is_established_from_the_query() -> None:
 
 def test_band_norms_from_the_caller_give_a_plain_tensor_that_is_assumed() -> None:
     from witcert_calculus import AtConsume, AttentionTV, Reading
-    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND
     from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND, LogitBound
     from witcert_calculus.tiers import Tier
 
@@ -281,13 +281,13 @@ def test_band_norms_from_the_caller_give_a_plain_tensor_that_is_assumed() -> Non
     p = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), dim=-1)
     b = tv_bounds_batch(p, c)
     r = reading(AttentionTV[AtConsume], float(b.meter.max()),
-                evidence=b.basis.evidence(TV_EFORM_SOUND))
+                evidence=b.basis.evidence(TV_EFORM_METER_SOUND))
     assert r.tier is Tier.PARTIALLY_CERTIFIED and r.assumptions == (CALLER_LOGIT_BOUND,)
 
 
 def test_torch_tv_readings_are_certified_by_construction() -> None:
     from witcert_calculus import AtConsume, AttentionTV, Reading
-    from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND
     from witcert_calculus.meters.witness import CALLER_LOGIT_BOUND
     from witcert_calculus.tiers import Tier
 
@@ -297,15 +297,15 @@ def test_torch_tv_readings_are_certified_by_construction() -> None:
     for check in (True, False):
         b = tv_bounds_batch(p, c, check=check)
         worst = float(b.meter.max())
-        for theorems in ((TV_EFORM_SOUND,), (TV_TWO_SIDED_SOUND,),
-                         (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)):
+        for theorems in ((TV_EFORM_METER_SOUND,), (TV_TWO_SIDED_METER_SOUND,),
+                         (TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)):
             r = reading(AttentionTV[AtConsume], worst, evidence=b.basis.evidence(*theorems),
                         delta=b.basis.delta)
             assert r.tier is Tier.CERTIFIED and r.assumptions == ()
         # a plain tensor is the caller's claim
         plain = tv_bounds_batch(p, c.values.clone(), check=check)
         assert torch.equal(plain.meter, b.meter)
-        r = reading(AttentionTV[AtConsume], worst, evidence=plain.basis.evidence(TV_EFORM_SOUND))
+        r = reading(AttentionTV[AtConsume], worst, evidence=plain.basis.evidence(TV_EFORM_METER_SOUND))
         assert r.tier is Tier.PARTIALLY_CERTIFIED and r.assumptions == (CALLER_LOGIT_BOUND,)
 
 
@@ -313,7 +313,7 @@ def test_unchecked_inputs_are_checked_when_the_evidence_is_built() -> None:
     """check=False defers the premises (no host sync in the hot loop); a bad input then
     refuses the evidence instead of certifying it."""
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND
 
     q, _, w = _tier_a()
     c = logit_bound(q, w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
@@ -321,13 +321,13 @@ def test_unchecked_inputs_are_checked_when_the_evidence_is_built() -> None:
     p[0, 0, 0, 0] = -0.5
     b = tv_bounds_batch(p, c, check=False)
     with pytest.raises(PremiseError, match="p_tilde"):
-        b.basis.evidence(TV_EFORM_SOUND)
+        b.basis.evidence(TV_EFORM_METER_SOUND)
     bad_w = w.clone()
     bad_w[0, 0, 0, 1, 2] = -1.0  # a corrupted witness
     cb = logit_bound(q, bad_w, layout=RopeLayout.HALF_SPLIT, scale=0.25)
     good_p = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), dim=-1)
     with pytest.raises(PremiseError, match="w\\[t, b\\] >= 0"):
-        tv_bounds_batch(good_p, cb, check=False).basis.evidence(TV_EFORM_SOUND)
+        tv_bounds_batch(good_p, cb, check=False).basis.evidence(TV_EFORM_METER_SOUND)
 
 
 def test_torch_bounds_add_outward_and_a_plain_tensor_drops_the_provenance() -> None:
@@ -367,7 +367,7 @@ def test_add_up_is_bit_identical(seed: int) -> None:
 def test_tanh_max_alone_equals_the_batch_form_and_numpy_and_is_certified() -> None:
     from witcert_calculus import AtConsume, AttentionTV, Reading
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_SOUND
+    from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_CONTRACT_SOUND
     from witcert_calculus.tiers import Tier
 
     q, _, w = _tier_a()
@@ -381,11 +381,11 @@ def test_tanh_max_alone_equals_the_batch_form_and_numpy_and_is_certified() -> No
     assert np.allclose(th.reshape(-1).numpy(), ref, rtol=1e-14, atol=0.0)
     assert bool((th.reshape(-1) >= torch.tanh(torch.tensor(flat.max(axis=-1)))).all())
     r = reading(AttentionTV[AtConsume], float(th.max()),
-                evidence=basis.evidence(SOFTMAX_TV_TANH_SOUND), delta=basis.delta)
+                evidence=basis.evidence(SOFTMAX_TV_TANH_CONTRACT_SOUND), delta=basis.delta)
     assert r.tier is Tier.CERTIFIED
     _, bad = tv_tanh_max_batch(-c.values)  # a negative "bound" is refused at evidence time
     with pytest.raises(PremiseError, match="c_t >= 0"):
-        bad.evidence(SOFTMAX_TV_TANH_SOUND)
+        bad.evidence(SOFTMAX_TV_TANH_CONTRACT_SOUND)
 
 
 def test_single_visible_token_rows_report_zero_in_both_twins_and_cite_the_lemma() -> None:
@@ -394,7 +394,7 @@ def test_single_visible_token_rows_report_zero_in_both_twins_and_cite_the_lemma(
     WitCert.Meters.tv_single_token, and a row marked single whose p_tilde spreads over two
     tokens refuses the evidence."""
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_SINGLE_TOKEN, TV_TWO_SIDED_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND, TV_SINGLE_TOKEN_METER, TV_TWO_SIDED_METER_SOUND
     from witcert_calculus.tiers import theorems_of
 
     rng = np.random.default_rng(3)
@@ -418,15 +418,15 @@ def test_single_visible_token_rows_report_zero_in_both_twins_and_cite_the_lemma(
     blind = tv_forms.tv_bounds_batch(p, c)
     assert blind.meter[0] > 1 and np.array_equal(blind.meter[1:], want.meter[1:])
     for basis in (want.basis, got.basis):
-        ev = basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
-        assert TV_SINGLE_TOKEN in theorems_of(ev)
-    assert TV_SINGLE_TOKEN not in theorems_of(blind.basis.evidence(TV_EFORM_SOUND))
+        ev = basis.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)
+        assert TV_SINGLE_TOKEN_METER in theorems_of(ev)
+    assert TV_SINGLE_TOKEN_METER not in theorems_of(blind.basis.evidence(TV_EFORM_METER_SOUND))
     lying = np.array([1, 1, 5])  # row 1 spreads over two tokens: not a one-token row
     for basis in (tv_forms.tv_bounds_batch(p, c, visible=lying).basis,
                   tv_bounds_batch(torch.from_numpy(p), torch.from_numpy(c), check=False,
                                   visible=torch.from_numpy(lying)).basis):
         with pytest.raises(PremiseError, match="one visible token"):
-            basis.evidence(TV_EFORM_SOUND)
+            basis.evidence(TV_EFORM_METER_SOUND)
 
 
 def test_a_nan_witness_or_query_never_yields_a_small_bound() -> None:

@@ -205,7 +205,7 @@ def test_the_kernels_bounds_become_readings_with_computed_premises() -> None:
     negative witness (a broken store) refuses the evidence instead of certifying."""
     from witcert_calculus import AtConsume, AttentionTV, Reading, Tier
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.lean.theorems import LOGIT_BOUND_SOUND, TV_EFORM_SOUND
+    from witcert_calculus.lean.theorems import LOGIT_BOUND_METER_SOUND, TV_EFORM_METER_SOUND
     from witcert_calculus.tiers import theorems_of
 
     c = Paged([40, 17], kv_heads=2, d=32, page=16, seed=4)
@@ -213,16 +213,16 @@ def test_the_kernels_bounds_become_readings_with_computed_premises() -> None:
     got = c.run(q, splits=2)
     worst = float(got.meter.max())
     issued = reading(AttentionTV[AtConsume], min(1.0, worst),
-                      evidence=got.basis.evidence(TV_EFORM_SOUND))
+                      evidence=got.basis.evidence(TV_EFORM_METER_SOUND))
     assert issued.tier is Tier.CERTIFIED
-    assert TV_EFORM_SOUND in theorems_of(issued.evidence)
+    assert TV_EFORM_METER_SOUND in theorems_of(issued.evidence)
     # Tier A: the logit bound is certified, so its premise is stated by name, not composed
-    assert got.basis.logit is not None and LOGIT_BOUND_SOUND in theorems_of(got.basis.logit)
+    assert got.basis.logit is not None and LOGIT_BOUND_METER_SOUND in theorems_of(got.basis.logit)
     w = c.w.clone()
     w[c.slots_of(0)[1], 0, 2] = -1.0
     broken = c.run(q, witness=w)
     with pytest.raises(PremiseError):
-        broken.basis.evidence(TV_EFORM_SOUND)
+        broken.basis.evidence(TV_EFORM_METER_SOUND)
 
 
 
@@ -249,7 +249,7 @@ def test_a_nan_never_reads_as_zero(what: str, where: str) -> None:
     (``c_t = 0``, no flag, ``witness_min = 0``). A NaN in any witness or query entry makes
     the row's meter NaN in the kernel as in the torch twin, and refuses the evidence."""
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND
 
     c = Paged([20, 9], kv_heads=2, d=32, page=1, seed=2)
     q = torch.randn(2, 4, 32, generator=torch.Generator().manual_seed(0))
@@ -282,4 +282,4 @@ def test_a_nan_never_reads_as_zero(what: str, where: str) -> None:
     if what == "witness":
         assert bool(torch.isnan(got.witness_min[1, :2]).all()), got.witness_min
     with pytest.raises(PremiseError):
-        got.basis.evidence(TV_EFORM_SOUND)
+        got.basis.evidence(TV_EFORM_METER_SOUND)

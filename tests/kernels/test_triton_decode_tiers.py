@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from witcert_calculus.errors import InvalidValueError, PremiseError  # noqa: E402
-from witcert_calculus.lean.theorems import TV_EFORM_SOUND  # noqa: E402
+from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND  # noqa: E402
 from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_calculus.tiers import Tier, assumptions_of  # noqa: E402
 from witcert_kernels.dither import STORED_ENCODING, dither_quantize, exact_channels, \
@@ -142,7 +142,7 @@ def test_tier_b_meter_matches_the_torch_twin_and_bounds_the_exact_tv(
     reading_basis = got.tier_b.basis
     assert reading_basis.delta == pytest.approx(DELTA)
     assert STORED_ENCODING in reading_basis.assumptions
-    ev = reading_basis.evidence(TV_EFORM_SOUND)
+    ev = reading_basis.evidence(TV_EFORM_METER_SOUND)
     assert ev is not None
 
 
@@ -187,7 +187,7 @@ def test_tier_b_fails_closed_on_a_broken_store() -> None:
     assert bool(torch.isinf(sat.tier_b.meter[0]).all())
     assert bool(torch.isfinite(sat.tier_b.meter[1]).all())
     with pytest.raises(PremiseError):
-        sat.tier_b.basis.evidence(TV_EFORM_SOUND)
+        sat.tier_b.basis.evidence(TV_EFORM_METER_SOUND)
     s[c.slots_of(1)[2], :, 0] = math.nan
     bad = c.run(q, scales=s)
     assert bool(torch.isnan(bad.tier_b.meter[1]).all())  # never a finite certificate
@@ -195,7 +195,7 @@ def test_tier_b_fails_closed_on_a_broken_store() -> None:
     s[c.slots_of(1)[0], 0, 0] = -1.0
     neg = c.run(q, scales=s)
     with pytest.raises(PremiseError):
-        neg.tier_b.basis.evidence(TV_EFORM_SOUND)
+        neg.tier_b.basis.evidence(TV_EFORM_METER_SOUND)
 
 
 def test_tier_b_bad_input_is_a_typed_error() -> None:
@@ -456,7 +456,7 @@ def test_the_launch_paths_do_no_host_read(monkeypatch: pytest.MonkeyPatch) -> No
         pooled = fused_decode_pool(q2, p.pool, p.v, key_dtype=torch.float16, splits=2,
                                    counter=counter, **p.common())  # type: ignore[arg-type]
     for basis in (a.basis, b.tier_b.basis, pooled.tier_b.basis):
-        evidence = basis.evidence(TV_EFORM_SOUND)
+        evidence = basis.evidence(TV_EFORM_METER_SOUND)
         assert evidence is not None
     assert b.tier_a is not None
     assert torch.equal(a.meter, b.tier_a.meter) and torch.equal(a.output, b.output)
@@ -472,7 +472,7 @@ def test_tier_b_readings_are_partially_certified_on_their_assumptions() -> None:
     got = c.run(q)
     basis = got.tier_b.basis
     issued = reading(AttentionTV[AtConsume], min(1.0, float(got.tier_b.meter.max())),
-                      evidence=basis.evidence(TV_EFORM_SOUND), delta=basis.delta)
+                      evidence=basis.evidence(TV_EFORM_METER_SOUND), delta=basis.delta)
     assert issued.tier is Tier.PARTIALLY_CERTIFIED
     assumed = assumptions_of(issued.evidence)
     for a in (NON_ADAPTIVE_QUERIES, PHILOX_UNIFORM, STORED_ENCODING):
@@ -516,7 +516,7 @@ def test_tier_b_a_nan_never_reads_as_zero(what: str, where: str) -> None:
     assert bool(torch.isfinite(got.tier_b.meter[0]).all())
     assert bool(torch.isfinite(got.tier_b.meter[1, 1]))
     with pytest.raises(PremiseError):
-        got.tier_b.basis.evidence(TV_EFORM_SOUND)
+        got.tier_b.basis.evidence(TV_EFORM_METER_SOUND)
     if what != "pooled scale":
         qh = q[1, 0].double()
         n = torch.tensor([len(sl)])

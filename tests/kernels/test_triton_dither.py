@@ -195,7 +195,7 @@ def test_a_nan_key_never_stores_a_zero_scale(where: str) -> None:
     import warnings
 
     from witcert_calculus.errors import PremiseError
-    from witcert_calculus.lean.theorems import TV_EFORM_SOUND
+    from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND
     from witcert_kernels.triton_decode import fused_decode_pool
 
     x = _keys(6, 2, 32, torch.float32)
@@ -224,4 +224,4 @@ def test_a_nan_key_never_stores_a_zero_scale(where: str) -> None:
     assert bool(torch.isnan(got.tier_b.meter[0, 0]))
     assert bool(torch.isfinite(got.tier_b.meter[0, 1]))
     with pytest.raises(PremiseError):
-        got.tier_b.basis.evidence(TV_EFORM_SOUND)
+        got.tier_b.basis.evidence(TV_EFORM_METER_SOUND)

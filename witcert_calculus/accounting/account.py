@@ -79,7 +79,6 @@ from witcert_calculus.accounting.records import (
     verdict_reason,
 )
 from witcert_calculus.accounting.slots import SlotTable
-from witcert_calculus.lean.theorems import ENTRY_FALLBACK_SOUND
 from witcert_calculus.numerics.validation import REQUEST_ID_MAX, request_id as _request_id
 from witcert_calculus.tiers import Composition, Evidence, Tier, decide_tier, weakest
 
@@ -404,8 +403,7 @@ class EntryBatch:
                 raise InvalidValueError("slots", f"{idx.size} slots",
                                         f"must name one slot per entry ({cert.n_entries})")
         step: Reading[Any] = _reading(metric, cert.step_bound,
-                                     evidence=Composition((evidence,),
-                                                          theorem=ENTRY_FALLBACK_SOUND),
+                                     evidence=Composition((evidence,), theorem=cert.theorem),
                                      delta=delta)
         return cls(certification=cert, step=step, bounds=b, slots=idx)
 

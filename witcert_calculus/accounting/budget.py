@@ -24,7 +24,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from witcert_calculus.lean.theorems import TELESCOPE_PARTIAL_LT, TELESCOPE_SUM_EQ, TWO_LAYER_BUDGET
+from witcert_calculus.lean.theorems import (
+    RECURRENCE_PROB_BAD_LT_BUDGET,
+    TELESCOPE_PARTIAL_LT,
+    TELESCOPE_SUM_EQ,
+    TWO_LAYER_BUDGET,
+)
 from witcert_calculus.numerics.probability import Probability, ProbabilityLike
 from witcert_calculus.numerics.validation import nonneg_int
 
@@ -34,9 +39,11 @@ __all__ = [
     "telescoping_spent",
 ]
 
-SPEND_THEOREMS: tuple[str, ...] = (TELESCOPE_SUM_EQ, TELESCOPE_PARTIAL_LT,
-                                   TWO_LAYER_BUDGET)
-"""Lean theorems behind the spend rules."""
+SPEND_THEOREMS: tuple[str, ...] = (RECURRENCE_PROB_BAD_LT_BUDGET, TELESCOPE_SUM_EQ,
+                                   TELESCOPE_PARTIAL_LT, TWO_LAYER_BUDGET)
+"""Lean theorems behind the spend rules: the semantic one first (a chain of contracts whose
+``k``-th failure probability is at most the ``k``-th allowance fails with probability below the
+request's budget), then the arithmetic of the allowances."""
 
 
 def telescoping_delta(i: int, delta_req: ProbabilityLike) -> Fraction:

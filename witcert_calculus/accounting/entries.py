@@ -37,11 +37,12 @@ import numpy as np
 import numpy.typing as npt
 
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.lean.theorems import ENTRY_FALLBACK_SOUND
+from witcert_calculus.lean.theorems import ENTRY_FALLBACK_CONTRACT_SOUND, ENTRY_FALLBACK_MAX_SOUND
 from witcert_calculus.numerics.validation import nonneg_real, real, real_array
 
 __all__ = [
     "Aggregate",
+    "ENTRY_MAX_THEOREM",
     "ENTRY_THEOREM",
     "EntryCertification",
     "TradeoffCurve",
@@ -51,8 +52,13 @@ __all__ = [
     "tradeoff_curve",
 ]
 
-ENTRY_THEOREM: Final = ENTRY_FALLBACK_SOUND
-"""Lean theorem: exact fallback entries contribute 0, so the step bound aggregates kept entries."""
+ENTRY_THEOREM: Final = ENTRY_FALLBACK_CONTRACT_SOUND
+"""Lean theorem of the sum aggregate: exact fallback entries contribute 0, so the step's error is
+at most the sum of the kept entries' bounds (the semantic contract ``entryFallback``)."""
+
+ENTRY_MAX_THEOREM: Final = ENTRY_FALLBACK_MAX_SOUND
+"""Lean theorem of the maximum aggregate (sup-norm metrics): the step's error is at most the
+largest kept bound."""
 
 _U = 2.0**-53
 
@@ -167,7 +173,10 @@ class EntryCertification:
             step_bound=0.0, threshold=self.threshold, aggregate=self.aggregate,
             whole_step=self.whole_step, vacuous=False)
 
-    theorem = ENTRY_THEOREM
+    @property
+    def theorem(self) -> str:
+        """The Lean theorem of this certification's aggregate."""
+        return ENTRY_MAX_THEOREM if self.aggregate is Aggregate.MAX else ENTRY_THEOREM
 
 
 def _aggregate(b: FloatArray, keep: BoolArray | None, n_kept: int, how: Aggregate) -> float:
@@ -204,7 +213,7 @@ def certify_entries(bounds: npt.ArrayLike, *, threshold: float,
         InvalidValueError: naming the first NaN or negative bound, an empty or
             non-1-D array, or a bad threshold.
 
-    Lean: ``WitCert.Ledger.entry_fallback_sound``.
+    Lean: ``WitCert.Semantic.entry_fallback_contract_sound`` (the contract ``entryFallback``, from ``WitCert.Ledger.entry_fallback_sound``).
 
     Example:
         >>> c = certify_entries([0.01, 5.0, 0.02], threshold=0.1)

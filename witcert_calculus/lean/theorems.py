@@ -37,20 +37,22 @@ from witcert_calculus.errors import TheoremExportError, UnknownTheoremError
 
 __all__ = [
     "ADD_SOUND",
-    "BOX_LOGIT_BOUND_SOUND",
+    "BOX_LOGIT_BOUND_METER_SOUND",
     "BUILTIN_ORIGIN",
     "COMP_SOUND",
     "CONFOUNDED_PAIR_UNIDENTIFIED",
     "CONTROLLED_PAIR_ATTRIBUTES",
     "DECIDE_SATURATED_NE_CERTIFIED",
     "DECOMPRESSION_CONTRACT_SOUND",
-    "DITHER_LOGIT_TAIL",
-    "ENTRY_FALLBACK_SOUND",
+    "DITHER_TIER_B_PROB_BAD",
+    "DITHER_TIER_B_TOKEN_SOUND",
+    "ENTRY_FALLBACK_CONTRACT_SOUND",
+    "ENTRY_FALLBACK_MAX_SOUND",
     "FORMAT_RESIDUAL_LE",
     "GRID_MGF_LE",
     "ID_SOUND",
     "LE_WEAKEST",
-    "LOGIT_BOUND_SOUND",
+    "LOGIT_BOUND_METER_SOUND",
     "MIN_BOUND_SOUND",
     "NEAREST_RESIDUAL_LE",
     "ONE_SUB_POW_LE_EXP",
@@ -62,23 +64,22 @@ __all__ = [
     "RANK_PREFIX_STABLE",
     "RATE_UPPER_BOUND_SOUND",
     "RECURRENCE_CONTRACT_SOUND",
+    "RECURRENCE_PROB_BAD_LT_BUDGET",
     "SAMPLING_MISS_PROBABILITY",
     "SCORE_BRIDGE_CONTRACT_SOUND",
     "SELECTOR_MASS_EFORM_CONTRACT_SOUND",
     "SENTINEL_ROUNDS_SOUND",
-    "SIGNAVG_UNION_LE",
     "SOFTMAX_TV_AFFINE_CONTRACT_SOUND",
     "SOFTMAX_TV_EFORM_CONTRACT_SOUND",
     "SOFTMAX_TV_TANH_CONTRACT_SOUND",
     "SOFTMAX_TV_TANH_OSC_CONTRACT_SOUND",
-    "SOFTMAX_TV_TANH_SOUND",
     "TELESCOPE_PARTIAL_LT",
     "TELESCOPE_SUM_EQ",
     "TRUNC_RESIDUAL_LE",
-    "TV_EFORM_SOUND",
-    "TV_RETENTION_SOUND",
-    "TV_SINGLE_TOKEN",
-    "TV_TWO_SIDED_SOUND",
+    "TV_EFORM_METER_SOUND",
+    "TV_RETENTION_METER_SOUND",
+    "TV_SINGLE_TOKEN_METER",
+    "TV_TWO_SIDED_METER_SOUND",
     "TWO_LAYER_BUDGET",
     "TheoremRecord",
     "VILLE_FINITE_TREE",
@@ -97,7 +98,6 @@ __all__ = [
 # ----------------------------------------------------------------------------- Analytic
 
 ONE_SUB_POW_LE_EXP: Final = "WitCert.Analytic.one_sub_pow_le_exp"
-SOFTMAX_TV_TANH_SOUND: Final = "WitCert.Analytic.softmax_tv_tanh_sound"
 
 # ----------------------------------------------------------------------------- Bridges
 
@@ -106,18 +106,13 @@ RANK_PREFIX_STABLE: Final = "WitCert.Bridges.rank_prefix_stable"
 # ----------------------------------------------------------------------------- Contract
 
 ADD_SOUND: Final = "WitCert.Contract.add_sound"
-COMP_SOUND: Final = "WitCert.Contract.comp_sound"
-ID_SOUND: Final = "WitCert.Contract.id_sound"
 
 # ----------------------------------------------------------------------------- Dither
 
-DITHER_LOGIT_TAIL: Final = "WitCert.Dither.dither_logit_tail"
 GRID_MGF_LE: Final = "WitCert.Dither.grid_mgf_le"
-SIGNAVG_UNION_LE: Final = "WitCert.Dither.signAvg_union_le"
 
 # ----------------------------------------------------------------------------- Formats
 
-BOX_LOGIT_BOUND_SOUND: Final = "WitCert.Formats.box_logit_bound_sound"
 FORMAT_RESIDUAL_LE: Final = "WitCert.Formats.format_residual_le"
 MIN_BOUND_SOUND: Final = "WitCert.Formats.min_bound_sound"
 NEAREST_RESIDUAL_LE: Final = "WitCert.Formats.nearest_residual_le"
@@ -125,7 +120,7 @@ TRUNC_RESIDUAL_LE: Final = "WitCert.Formats.trunc_residual_le"
 
 # ----------------------------------------------------------------------------- Ledger
 
-ENTRY_FALLBACK_SOUND: Final = "WitCert.Ledger.entry_fallback_sound"
+ENTRY_FALLBACK_MAX_SOUND: Final = "WitCert.Ledger.entry_fallback_max_sound"
 TELESCOPE_PARTIAL_LT: Final = "WitCert.Ledger.telescope_partial_lt"
 TELESCOPE_SUM_EQ: Final = "WitCert.Ledger.telescope_sum_eq"
 TWO_LAYER_BUDGET: Final = "WitCert.Ledger.two_layer_budget"
@@ -136,10 +131,6 @@ VILLE_FINITE_TREE: Final = "WitCert.Ledger.ville_finite_tree"
 PAGE_IN_DECREASE: Final = "WitCert.Meters.page_in_decrease"
 RATE_UPPER_BOUND_SOUND: Final = "WitCert.Meters.rate_upper_bound_sound"
 SENTINEL_ROUNDS_SOUND: Final = "WitCert.Meters.sentinel_rounds_sound"
-TV_EFORM_SOUND: Final = "WitCert.Meters.tv_eform_sound"
-TV_RETENTION_SOUND: Final = "WitCert.Meters.tv_retention_sound"
-TV_SINGLE_TOKEN: Final = "WitCert.Meters.tv_single_token"
-TV_TWO_SIDED_SOUND: Final = "WitCert.Meters.tv_two_sided_sound"
 
 # ----------------------------------------------------------------------------- Sampling
 
@@ -149,18 +140,30 @@ SAMPLING_MISS_PROBABILITY: Final = "WitCert.Sampling.miss_probability_eq"
 # The semantic contracts (exact and approximate maps, failure event, soundness field) that the
 # bridges and meters certify with.
 
+BOX_LOGIT_BOUND_METER_SOUND: Final = "WitCert.Semantic.box_logit_bound_meter_sound"
+COMP_SOUND: Final = "WitCert.Semantic.Contract.comp_sound"
 DECOMPRESSION_CONTRACT_SOUND: Final = "WitCert.Semantic.decompression_contract_sound"
+DITHER_TIER_B_PROB_BAD: Final = "WitCert.Semantic.dither_tier_b_prob_bad"
+DITHER_TIER_B_TOKEN_SOUND: Final = "WitCert.Semantic.dither_tier_b_token_sound"
+ENTRY_FALLBACK_CONTRACT_SOUND: Final = "WitCert.Semantic.entry_fallback_contract_sound"
+ID_SOUND: Final = "WitCert.Semantic.Contract.id_sound"
+LOGIT_BOUND_METER_SOUND: Final = "WitCert.Semantic.logit_bound_norms_meter_sound"
 OUTPUT_ERROR_CONTRACT_AT: Final = "WitCert.Semantic.output_error_contract_at"
 POOLING_L2_CONTRACT_SOUND: Final = "WitCert.Semantic.pooling_l2_contract_sound"
 POOLING_MAX_CONTRACT_SOUND: Final = "WitCert.Semantic.pooling_max_contract_sound"
 RANK_PREFIX_SELECTION_CONTRACT_SOUND: Final = "WitCert.Semantic.rank_prefix_selection_contract_sound"
 RECURRENCE_CONTRACT_SOUND: Final = "WitCert.Semantic.Contract.recurrence_sound"
+RECURRENCE_PROB_BAD_LT_BUDGET: Final = "WitCert.Semantic.recurrence_prob_bad_lt_budget"
 SCORE_BRIDGE_CONTRACT_SOUND: Final = "WitCert.Semantic.score_bridge_contract_sound"
 SELECTOR_MASS_EFORM_CONTRACT_SOUND: Final = "WitCert.Semantic.selector_mass_eform_contract_sound"
 SOFTMAX_TV_AFFINE_CONTRACT_SOUND: Final = "WitCert.Semantic.softmax_tv_affine_contract_sound"
 SOFTMAX_TV_EFORM_CONTRACT_SOUND: Final = "WitCert.Semantic.softmax_tv_eform_contract_sound"
 SOFTMAX_TV_TANH_CONTRACT_SOUND: Final = "WitCert.Semantic.softmax_tv_tanh_contract_sound"
 SOFTMAX_TV_TANH_OSC_CONTRACT_SOUND: Final = "WitCert.Semantic.softmax_tv_tanh_osc_contract_sound"
+TV_EFORM_METER_SOUND: Final = "WitCert.Semantic.tv_eform_meter_sound"
+TV_RETENTION_METER_SOUND: Final = "WitCert.Semantic.tv_retention_meter_sound"
+TV_SINGLE_TOKEN_METER: Final = "WitCert.Semantic.tv_single_token_meter"
+TV_TWO_SIDED_METER_SOUND: Final = "WitCert.Semantic.tv_two_sided_meter_sound"
 WITNESS_CONTRACT_SOUND: Final = "WitCert.Semantic.witness_contract_sound"
 
 # ----------------------------------------------------------------------------- Diagnosis
@@ -177,10 +180,6 @@ WEAKEST_COMM: Final = "WitCert.Tier.weakest_comm"
 WEAKEST_IDEM: Final = "WitCert.Tier.weakest_idem"
 WEAKEST_LE_LEFT: Final = "WitCert.Tier.weakest_le_left"
 WEAKEST_LE_RIGHT: Final = "WitCert.Tier.weakest_le_right"
-
-# ----------------------------------------------------------------------------- Witness
-
-LOGIT_BOUND_SOUND: Final = "WitCert.Witness.logit_bound_sound"
 
 
 # ----------------------------------------------------------------------------- registry
@@ -205,7 +204,7 @@ class TheoremRecord:
     """One exported Lean theorem.
 
     Attributes:
-        name: the fully qualified name, e.g. ``"WitCert.Contract.comp_sound"``.
+        name: the fully qualified name, e.g. ``"WitCert.Semantic.Contract.comp_sound"``.
         module: the Lean module that declares it.
         statement: the statement as Lean elaborated and printed it.
         origin: where the name came from: :data:`BUILTIN_ORIGIN`, or the resolved path of
@@ -317,7 +316,7 @@ def lookup(name: str) -> TheoremRecord:
 
     Example:
         >>> lookup(COMP_SOUND).module
-        'WitCert.Contracts'
+        'WitCert.Semantic'
     """
     _ensure_builtin()
     rec = _REGISTRY.get(name)

@@ -22,7 +22,9 @@ the continuous uniform (Lean: ``WitCert.Dither.signAvg_dyadic``,
 usual attention scale). Jointly over ``S`` tokens, ``|eps_t| <= u_t =
 sqrt(2 varsigma_t^2 log(2S/delta_loc))`` except with probability ``delta_loc``
 (Chernoff per token, ``WitCert.Dither.dither_logit_tail``; union bound over tokens,
-``WitCert.Dither.signAvg_union_le``),
+``WitCert.Dither.signAvg_union_le``; together the failure event and delta of the semantic
+contract ``ditherTierB`` (``WitCert.Semantic.dither_tier_b_token_sound``,
+``dither_tier_b_prob_bad``)),
 where ``delta_loc = delta_req / (L H T)`` splits a request's budget over layers,
 heads and decode steps. The offset's grid adds a deterministic mean term of at most
 ``scale sum_c |q_c| s_c 2^-25`` (:data:`GRID_MEAN`). Then ``A = sum p_tilde e^{u_t}`` and the
@@ -62,7 +64,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.lean.theorems import DITHER_LOGIT_TAIL, SIGNAVG_UNION_LE
+from witcert_calculus.lean.theorems import DITHER_TIER_B_PROB_BAD, DITHER_TIER_B_TOKEN_SOUND
 from witcert_calculus.meters.tv_forms import tv_eform
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.numerics.probability import Probability
@@ -654,8 +656,8 @@ def tier_b_logit_bound(query: ArrayLike, stored: DitheredKeys, *, scale: float,
     The sub-Gaussian radius of the centred error (:func:`subgaussian_radius` of
     :func:`dither_variance_proxy`) plus the grid-mean term ``m_t`` (:func:`dither_mean_offset`):
     ``|eps_t| <= u_t`` for all ``S`` tokens except with probability ``delta_loc``, for
-    non-adaptive queries (Lean ``WitCert.Dither.dither_logit_tail``,
-    ``WitCert.Dither.signAvg_union_le``). Each term is rounded outward with room for the sum.
+    non-adaptive queries (Lean ``WitCert.Semantic.dither_tier_b_token_sound``,
+    ``WitCert.Semantic.dither_tier_b_prob_bad``). Each term is rounded outward with room for the sum.
     The torch version (``witcert_kernels.dither.tier_b_logit_bound``) computes the same
     terms, plus the cast term of a reconstruction stored in a narrower type.
 
@@ -710,12 +712,14 @@ def tier_b_logit_bound(query: ArrayLike, stored: DitheredKeys, *, scale: float,
 def _tier_b_evidence(*, premises: tuple[Premise, ...], union: Premise | None,
                      assumptions: tuple[Assumption, ...]) -> Evidence:
     """Evidence of ``|eps_t| <= u_t`` for every token of a row except with probability
-    ``delta_loc``: the Chernoff tail per token on the stated assumptions, then the union bound."""
+    ``delta_loc``: the Tier-B contract ``ditherTierB`` outside its failure event, on the stated
+    assumptions (``dither_tier_b_token_sound``), and the probability of that event, the union of
+    the per-token sub-Gaussian tails (``dither_tier_b_prob_bad``)."""
     return Composition(
-        (Restricted(_proof(DITHER_LOGIT_TAIL, premises), subset=NON_ADAPTIVE,
+        (Restricted(_proof(DITHER_TIER_B_TOKEN_SOUND, premises), subset=NON_ADAPTIVE,
                     assumptions=assumptions),
-         _proof(SIGNAVG_UNION_LE, () if union is None else (union,))),
-        theorem=SIGNAVG_UNION_LE)
+         _proof(DITHER_TIER_B_PROB_BAD, () if union is None else (union,))),
+        theorem=DITHER_TIER_B_PROB_BAD)
 
 
 def tier_b_certificate(p_tilde: ArrayLike, query: ArrayLike, stored: DitheredKeys, *,
@@ -731,8 +735,9 @@ def tier_b_certificate(p_tilde: ArrayLike, query: ArrayLike, stored: DitheredKey
 
     Returns:
         A reading of ``AttentionTV[AtConsume]`` with ``delta = delta_loc`` and evidence
-        citing ``WitCert.Dither.dither_logit_tail``, ``WitCert.Dither.signAvg_union_le``
-        and ``WitCert.Meters.tv_eform_sound``, restricted to non-adaptive queries
+        citing ``WitCert.Semantic.dither_tier_b_token_sound``,
+        ``WitCert.Semantic.dither_tier_b_prob_bad``
+        and ``WitCert.Semantic.tv_eform_meter_sound``, restricted to non-adaptive queries
         (tier PARTIALLY_CERTIFIED below saturation, SATURATED otherwise).
 
     Raises:

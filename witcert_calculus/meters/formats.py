@@ -54,7 +54,7 @@ from numpy.typing import ArrayLike
 
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.numerics.rounding import logit_margin, outward
-from witcert_calculus.lean.theorems import BOX_LOGIT_BOUND_SOUND, FORMAT_RESIDUAL_LE, \
+from witcert_calculus.lean.theorems import BOX_LOGIT_BOUND_METER_SOUND, FORMAT_RESIDUAL_LE, \
     NEAREST_RESIDUAL_LE, TRUNC_RESIDUAL_LE
 from witcert_calculus.numerics.validation import F64, finite_array, float_up, int_array, nonneg_array, real
 from witcert_calculus.tiers import Proof, _premise, _proof  # pyright: ignore[reportPrivateUsage]
@@ -246,7 +246,7 @@ def box_evidence(*, scale: float, channels: int, witness_ok: bool | None) -> Pro
                         "channel (equal head dimensions)", channels > 0)]
     if witness_ok is not None:
         premises.append(_premise(BOX_PREMISE, witness_ok))
-    return _proof(BOX_LOGIT_BOUND_SOUND, tuple(premises))
+    return _proof(BOX_LOGIT_BOUND_METER_SOUND, tuple(premises))
 
 
 #: The premise on the per-channel witnesses (computed eagerly by numpy, deferred by torch).
@@ -259,7 +259,7 @@ def format_logit_bound(query: ArrayLike, witness: ArrayLike, *, scale: float
                        ) -> LogitBound[F64]:
     """Per-token logit error bound ``c_t = scale sum_c |q_c| w_{t,c}``, established.
 
-    Lean: ``WitCert.Formats.box_logit_bound_sound``. ``w`` bounds each channel of the key
+    Lean: ``WitCert.Semantic.box_logit_bound_meter_sound`` (``WitCert.Formats.box_logit_bound_sound`` about the score contract). ``w`` bounds each channel of the key
     residual (:func:`format_witness`). An infinite witness saturates its token (``c_t =
     inf``), even where it meets an exactly zero query channel (whose exact product is 0):
     an upper bound, and the rule the batched torch twin can follow without a host read.

@@ -10,13 +10,14 @@ logit error of token ``t``; ``c_t >= |eps_t|`` any per-token bound (e.g.
 The bounds hold for any cache-preserving quantizer and any query, adaptive or not.
 With ``A = sum_t p_tilde_t e^{c_t}`` and ``A- = sum_t p_tilde_t e^{-c_t}``:
 
-- e-form ``TV <= (A^2 - 1) / 2`` (Lean ``WitCert.Meters.tv_eform_sound``);
-- two-sided ``TV <= (A/A- - A-/A) / 2`` (``WitCert.Meters.tv_two_sided_sound``);
+- e-form ``TV <= (A^2 - 1) / 2`` (Lean ``WitCert.Semantic.tv_eform_meter_sound``, about the
+  semantic contract ``softmaxTVEform``, from ``WitCert.Meters.tv_eform_sound``);
+- two-sided ``TV <= (A/A- - A-/A) / 2`` (``WitCert.Semantic.tv_two_sided_meter_sound``);
 - retention ``TV <= 1/2 sum_t p_tilde_t min(A e^{c_t} - 1, max(e^{c_t}/A- - 1,
-  1 - e^{-c_t}/A))`` (``WitCert.Meters.tv_retention_sound``);
+  1 - e^{-c_t}/A))`` (``WitCert.Semantic.tv_retention_meter_sound``);
 - the meter ``min(1, e-form, two-sided)``;
-- the comparison shape ``tanh(max_t c_t)`` (``WitCert.Analytic.softmax_tv_tanh_sound``
-  gives ``TV <= tanh(osc/4) <= tanh(max c / 2) <= tanh(max c)``).
+- the comparison shape ``tanh(max_t c_t)`` (``WitCert.Semantic.softmax_tv_tanh_contract_sound``
+  gives ``TV <= tanh(eps / 2) <= tanh(max c)``, ``eps = max_t abs(eps_t) <= max c``).
 
 ``A`` and ``A-`` are evaluated as ``log1p(sum p_tilde expm1(+-c))`` (accurate for
 small ``c``) or by a log-sum-exp (large ``c``); an overflow reports saturation
@@ -57,11 +58,11 @@ from witcert_calculus.errors import ForgedBoundError, InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.numerics.rounding import outward, tanh_margin, tv_margin
 from witcert_calculus.lean.theorems import (
-    SOFTMAX_TV_TANH_SOUND,
-    TV_EFORM_SOUND,
-    TV_RETENTION_SOUND,
-    TV_SINGLE_TOKEN,
-    TV_TWO_SIDED_SOUND,
+    SOFTMAX_TV_TANH_CONTRACT_SOUND,
+    TV_EFORM_METER_SOUND,
+    TV_RETENTION_METER_SOUND,
+    TV_SINGLE_TOKEN_METER,
+    TV_TWO_SIDED_METER_SOUND,
 )
 from witcert_calculus.tiers import (
     Assumption,
@@ -267,7 +268,7 @@ class TVBasis:
     def evidence(self, theorem: str, *more: str) -> Evidence:
         """The evidence of a reading of these bounds, citing the form's theorem(s).
 
-        One theorem for a single form (``TV_EFORM_SOUND``, ...); several for a minimum of
+        One theorem for a single form (``TV_EFORM_METER_SOUND``, ...); several for a minimum of
         sound forms (the meter ``min(e-form, two-sided)`` over many cells cites both).
 
         Returns:
@@ -535,7 +536,7 @@ def tv_bounds_batch(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike, *,
         one = v == 1
         e, t, r, th = (np.where(one, 0.0, x) for x in (e, t, r, th))
         checks = (*checks, (SINGLE_TOKEN_PREMISE, bool((~one | ((p > 0).sum(axis=-1) <= 1)).all())))
-        also = (TV_SINGLE_TOKEN,)
+        also = (TV_SINGLE_TOKEN_METER,)
     return TVBatch(eform=e, two_sided=t, retention=r, meter=np.minimum(e, t),
                    tanh_max=th, log_a=la, log_a_minus=lm,
                    basis=_basis(c, checks, also))
@@ -544,7 +545,7 @@ def tv_bounds_batch(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike, *,
 def tv_eform(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
     """e-form bound ``TV <= (A^2 - 1) / 2`` with ``A = sum_t p_tilde_t e^{c_t}``.
 
-    Lean: ``WitCert.Meters.tv_eform_sound``.
+    Lean: ``WitCert.Semantic.tv_eform_meter_sound`` (from ``WitCert.Meters.tv_eform_sound``).
 
     Args:
         p_tilde: compressed attention over ``S`` tokens, shape ``(S,)``.
@@ -564,14 +565,14 @@ def tv_eform(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
         0.110701
     """
     p, cc = weights_and_bounds(p_tilde, _values(c), ndim=1)
-    return _tv(float(_forms(p, cc, retention=False)[2]), TV_EFORM_SOUND, "eform",
+    return _tv(float(_forms(p, cc, retention=False)[2]), TV_EFORM_METER_SOUND, "eform",
                _basis(c, _checks(p, cc)))
 
 
 def tv_two_sided(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
     """Two-sided bound ``TV <= (A/A- - A-/A) / 2 = sinh(log A - log A-)``.
 
-    Lean: ``WitCert.Meters.tv_two_sided_sound``. Arguments, returns and raises as
+    Lean: ``WitCert.Semantic.tv_two_sided_meter_sound`` (from ``WitCert.Meters.tv_two_sided_sound``). Arguments, returns and raises as
     :func:`tv_eform`.
 
     Example:
@@ -579,7 +580,7 @@ def tv_two_sided(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
         0.453276
     """
     p, cc = weights_and_bounds(p_tilde, _values(c), ndim=1)
-    return _tv(float(_forms(p, cc, retention=False)[3]), TV_TWO_SIDED_SOUND, "two_sided",
+    return _tv(float(_forms(p, cc, retention=False)[3]), TV_TWO_SIDED_METER_SOUND, "two_sided",
                _basis(c, _checks(p, cc)))
 
 
@@ -587,7 +588,7 @@ def tv_retention(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
     """Per-token retention bound (never above the e-form).
 
     ``TV <= 1/2 sum_t p_tilde_t min(A e^{c_t} - 1, max(e^{c_t}/A- - 1, 1 - e^{-c_t}/A))``.
-    Lean: ``WitCert.Meters.tv_retention_sound``. Arguments, returns and raises as
+    Lean: ``WitCert.Semantic.tv_retention_meter_sound`` (from ``WitCert.Meters.tv_retention_sound``). Arguments, returns and raises as
     :func:`tv_eform`.
 
     Example:
@@ -596,7 +597,7 @@ def tv_retention(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
         True
     """
     p, cc = weights_and_bounds(p_tilde, _values(c), ndim=1)
-    return _tv(float(_forms(p, cc)[4]), TV_RETENTION_SOUND, "retention", _basis(c, _checks(p, cc)))
+    return _tv(float(_forms(p, cc)[4]), TV_RETENTION_METER_SOUND, "retention", _basis(c, _checks(p, cc)))
 
 
 def tv_meter(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
@@ -615,8 +616,8 @@ def tv_meter(p_tilde: ArrayLike, c: LogitBound[Any] | ArrayLike) -> TVBound:
     e, t = float(ea), float(ta)
     basis = _basis(c, _checks(p, cc))
     if t < e:
-        return _tv(t, TV_TWO_SIDED_SOUND, "two_sided", basis)
-    return _tv(e, TV_EFORM_SOUND, "eform", basis)
+        return _tv(t, TV_TWO_SIDED_METER_SOUND, "two_sided", basis)
+    return _tv(e, TV_EFORM_METER_SOUND, "eform", basis)
 
 
 def tv_tanh_max(c: LogitBound[Any] | ArrayLike) -> TVBound:
@@ -644,4 +645,4 @@ def tv_tanh_max(c: LogitBound[Any] | ArrayLike) -> TVBound:
     cc = nonneg_array("c", _values(c), ndim=1, allow_inf=True)
     if cc.size == 0:
         raise InvalidValueError("c", "empty array", "must hold at least one token")
-    return _tv(float(_tanh_max(cc)), SOFTMAX_TV_TANH_SOUND, "tanh_max", _basis(c, _checks(None, cc)))
+    return _tv(float(_tanh_max(cc)), SOFTMAX_TV_TANH_CONTRACT_SOUND, "tanh_max", _basis(c, _checks(None, cc)))

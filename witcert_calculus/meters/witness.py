@@ -56,7 +56,7 @@ from numpy.typing import ArrayLike, DTypeLike, NDArray
 
 from witcert_calculus.contracts import Reading, _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import ForgedBoundError, InvalidValueError
-from witcert_calculus.lean.theorems import ADD_SOUND, LOGIT_BOUND_SOUND, MIN_BOUND_SOUND
+from witcert_calculus.lean.theorems import ADD_SOUND, LOGIT_BOUND_METER_SOUND, MIN_BOUND_SOUND
 from witcert_calculus.metrics import AtConsume, LogitLinf
 from witcert_calculus.numerics.rounding import TINY, add_up, band_norm_margin, logit_margin, outward
 from witcert_calculus.tiers import (
@@ -87,7 +87,7 @@ __all__ = [
     "tighter",
 ]
 
-LOGIT_BOUND_THEOREM: Final = LOGIT_BOUND_SOUND
+LOGIT_BOUND_THEOREM: Final = LOGIT_BOUND_METER_SOUND
 
 #: The functions that establish a :class:`LogitBound` (the only ones that produce one).
 ESTABLISHERS: Final = ("witcert_calculus.meters.witness.logit_bound",
@@ -332,7 +332,7 @@ def _tier_a_evidence(*, scale: float, bands: int, query_bands: int, witness_ok: 
                          query_bands == bands)]
     if witness_ok is not None:
         premises.insert(1, _premise(_WITNESS_PREMISE, witness_ok))
-    proof = _proof(LOGIT_BOUND_SOUND, tuple(premises))
+    proof = _proof(LOGIT_BOUND_METER_SOUND, tuple(premises))
     if not assumptions:
         return proof
     return Restricted(proof, assumptions=assumptions)
@@ -500,7 +500,7 @@ def logit_bound(query: ArrayLike, witness: ArrayLike, *, layout: RopeLayout,
                 scale: float) -> LogitBound[F64]:
     """Per-token logit error bound ``c_t = scale * sum_b ||q_b|| * w[t, b]``, established.
 
-    Lean: ``WitCert.Witness.logit_bound_sound`` (per-band Cauchy-Schwarz). The band norms of
+    Lean: ``WitCert.Semantic.logit_bound_norms_meter_sound`` (per-band Cauchy-Schwarz, ``WitCert.Witness.logit_bound_sound``, about the score contract). The band norms of
     the query are computed here, over the witness's bands, and every premise of the theorem
     is computed from the arguments, so the TV forms take the result as proved.
 
@@ -559,7 +559,7 @@ def logit_linf_reading(c: LogitBound[Any] | ArrayLike) -> Reading[LogitLinf[AtCo
             array (its premise is the assumption :data:`CALLER_LOGIT_BOUND`).
 
     Returns:
-        A reading citing ``WitCert.Witness.logit_bound_sound``: CERTIFIED for a Tier-A
+        A reading citing ``WitCert.Semantic.logit_bound_norms_meter_sound``: CERTIFIED for a Tier-A
         bound, PARTIALLY_CERTIFIED for an array of the caller's (or a Tier-B bound).
 
     Raises:

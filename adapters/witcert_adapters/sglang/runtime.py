@@ -46,7 +46,7 @@ from witcert_adapters.vllm_plugin.meter import SUMMARY
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
 from witcert_calculus.contracts import Reading, _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError
-from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_kernels.meter import band_norms
 from witcert_kernels.triton_decode_merge import TierMeter
@@ -201,7 +201,7 @@ class Recorder:
                 raise InvalidValueError("tallies", len(tallies),
                                         f"the launch of layer {launch.layer} has "
                                         f"{int(per.shape[0])} requests")
-            ev = b.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+            ev = b.basis.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)
             evidence = ev if evidence is None else evidence
             read.add(launch.layer)
             rows = cast(list[list[float]],

@@ -55,7 +55,7 @@ from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError, WitcertError
-from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND
 from witcert_calculus.meters.tv_forms import TVBasis
 from witcert_calculus.meters.witness import RopeLayout
 from witcert_kernels.fused import fp8_codes, mismatched_elements
@@ -549,13 +549,13 @@ class Monitor:
             trues = {i: m.true_tv for i, m in zip(metered, layers, strict=True)}
             tanhs = {i: m.by_tanh for i, m in zip(metered, layers, strict=True)}
             bases = distinct_bases(layers)
-            theorems = step_theorems(layers) if layers else (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+            theorems = step_theorems(layers) if layers else (TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)
         else:
             meters = {i: m.meter for i, m in self._metered.items()}
             trues = {i: m.true_tv for i, m in self._metered.items()}
             tanhs = {}
             bases = self._bases
-            theorems = (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+            theorems = (TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)
             accounts.add_repairs(st.tallies, list(self._metered.values()),
                                  step.seq_lens.tolist())
         # a layer that read without writing witnesses keeps none: its cells saturate

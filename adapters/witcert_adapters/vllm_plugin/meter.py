@@ -54,7 +54,7 @@ import torch
 
 from witcert_adapters.vllm_plugin.paged import StepLayout
 from witcert_calculus.errors import InvalidValueError
-from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_SOUND, TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.lean.theorems import SOFTMAX_TV_TANH_CONTRACT_SOUND, TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND
 from witcert_calculus.meters.tv_forms import TVBasis, _issue_basis  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.meters.witness import LogitBound, RopeLayout, tighter
 from witcert_kernels.fused import Fp8Codes, fp8_logits_and_bound, tv_meter_rows
@@ -356,8 +356,8 @@ def _bound(q: torch.Tensor, side: KeySide, group: RowGroup, visible: torch.Tenso
     return parts[0] if len(parts) == 1 else tighter(parts[0], parts[1])
 
 
-_TANH: Final = (SOFTMAX_TV_TANH_SOUND,)
-_METER: Final = (TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+_TANH: Final = (SOFTMAX_TV_TANH_CONTRACT_SOUND,)
+_METER: Final = (TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)
 
 
 def meter_layer(step: StepLayout, *, queries: torch.Tensor, side: KeySide, kv_heads: int,

@@ -55,7 +55,7 @@ from witcert_adapters.vllm_plugin.store import VerdictStore
 from witcert_adapters.vllm_plugin.unified import UnifiedCertificate, metered_unified_attention
 from witcert_adapters.vllm_plugin.verdicts import Accounts
 from witcert_calculus.errors import EngineMismatchError, WitcertError
-from witcert_calculus.lean.theorems import TV_EFORM_SOUND, TV_TWO_SIDED_SOUND
+from witcert_calculus.lean.theorems import TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND
 from witcert_calculus.meters.witness import RopeLayout
 from witcert_kernels.triton_witness import witness_write
 
@@ -351,7 +351,7 @@ class TritonMonitor:
         zeros = torch.zeros(step.requests, dtype=torch.float64)
         summary = torch.stack(columns + [zeros] * (len(SUMMARY) - len(columns)), dim=1)
         try:  # every layer's premises are read; the step's readings share one evidence
-            evidence = [self._certs[i].basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND)
+            evidence = [self._certs[i].basis.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND)
                         for i in read][0]
         except WitcertError as exc:
             for t in tallies:

@@ -43,8 +43,8 @@ from witcert_adapters.vllm_plugin.config import PluginConfig  # noqa: E402
 from witcert_calculus import AtConsume, AttentionTV, Reading, Tier  # noqa: E402
 from witcert_calculus.errors import EngineMismatchError, InjectionError, \
     InvalidValueError, PremiseError  # noqa: E402
-from witcert_calculus.lean.theorems import LOGIT_BOUND_SOUND, TV_EFORM_SOUND, \
-    TV_TWO_SIDED_SOUND  # noqa: E402
+from witcert_calculus.lean.theorems import LOGIT_BOUND_METER_SOUND, TV_EFORM_METER_SOUND, \
+    TV_TWO_SIDED_METER_SOUND  # noqa: E402
 from witcert_calculus.meters.witness import RopeLayout  # noqa: E402
 from witcert_calculus.tiers import theorems_of  # noqa: E402
 from witcert_kernels.meter import logit_bound, tv_bounds_batch  # noqa: E402
@@ -215,10 +215,10 @@ def case_meter_2d() -> dict[str, Any]:
             assert torch.equal(cert.visible, vis[:, None].expand(-1, 4))
             assert bool((cert.witness_min >= 0).all())
             issued = reading(AttentionTV[AtConsume], min(1.0, float(cert.meter.max())),
-                              evidence=cert.basis.evidence(TV_EFORM_SOUND, TV_TWO_SIDED_SOUND))
+                              evidence=cert.basis.evidence(TV_EFORM_METER_SOUND, TV_TWO_SIDED_METER_SOUND))
             assert issued.tier is Tier.CERTIFIED
             assert cert.basis.logit is not None
-            assert LOGIT_BOUND_SOUND in theorems_of(cert.basis.logit)
+            assert LOGIT_BOUND_METER_SOUND in theorems_of(cert.basis.logit)
     return {"max_relative_error_vs_twin": rel}
 
 
@@ -308,7 +308,7 @@ def case_edges() -> dict[str, Any]:
         assert bool(torch.isnan(nan.meter[0, 0])), nan.meter
         assert bool(torch.isfinite(nan.meter[1:]).all()) and bool(torch.isfinite(nan.meter[0, 1]))
         try:
-            nan.basis.evidence(TV_EFORM_SOUND)
+            nan.basis.evidence(TV_EFORM_METER_SOUND)
         except PremiseError:
             pass
         else:
@@ -317,14 +317,14 @@ def case_edges() -> dict[str, Any]:
     neg[blocks[0], offs[0], 1, 0] = -1.0
     _, bad = _metered(c, witness=neg)
     try:
-        bad.basis.evidence(TV_EFORM_SOUND)
+        bad.basis.evidence(TV_EFORM_METER_SOUND)
     except PremiseError as e:  # the witness premise, computed on the device
         refused = str(e)
     else:
         raise AssertionError("a negative witness must refuse the evidence")
     _, short = _metered(c, max_seqlen_k=5)  # a margin for fewer keys than the rows see
     try:
-        short.basis.evidence(TV_EFORM_SOUND)
+        short.basis.evidence(TV_EFORM_METER_SOUND)
     except PremiseError as e:
         assert "margin's token count" in str(e), str(e)
     else:
