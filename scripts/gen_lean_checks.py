@@ -563,6 +563,12 @@ class _LogOf:
     def __sub__(self, other: _LogOf) -> _LogOf:
         return _LogOf(self.x / other.x)  # log x - log y = log (x / y)
 
+    def __add__(self, other: _LogOf) -> _LogOf:
+        return _LogOf(self.x * other.x)  # log x + log y = log (x y)
+
+    def __neg__(self) -> _LogOf:
+        return _LogOf(1 / self.x)  # -log x = log (1 / x)
+
     def expm1(self) -> Fraction:
         return self.x - 1
 
@@ -583,8 +589,21 @@ _A_MINUS = (Fraction(1), Fraction(7, 8), Fraction(3, 4), Fraction(5, 8), Fractio
             Fraction(1, 2))
 
 
+# Rows (A, A-, [(p_t, e^{c_t})]) of the retention core: dyadic, so the code's final float
+# product is exact; they reach each branch of its min and max (A A- < 1 is no meter's, it
+# reaches the one-sided branch).
+_RETENTION_ROWS = (
+    (Fraction(2), Fraction(1, 2), ((Fraction(1, 2), Fraction(1)), (Fraction(1, 4), Fraction(2)),
+                                   (Fraction(1, 4), Fraction(4)))),
+    (Fraction(4), Fraction(1), ((Fraction(3, 4), Fraction(1)), (Fraction(1, 4), Fraction(8)))),
+    (Fraction(1), Fraction(1, 2), ((Fraction(1, 2), Fraction(1)), (Fraction(1, 2), Fraction(2)))),
+    (Fraction(1), Fraction(1), ((Fraction(1), Fraction(1)),)),
+)
+
+
 def meter_checks() -> list[str]:
-    """The e-form and two-sided cores, by ``tv_forms``' code path at rational ``A``, ``A-``."""
+    """The e-form, two-sided and retention cores, by ``tv_forms``' code path at rational ``A``,
+    ``A-`` and ``e^c``."""
     out: list[str] = ["-- `tv_forms._eform_raw(log A)` and `tv_forms._two_sided_raw(log A, "
                       "log A-)` at rational `A`, `A-`.\n"]
     eform = _tv_forms._eform_raw(_objects(*_A_PLUS))  # type: ignore[attr-defined]
@@ -593,6 +612,17 @@ def meter_checks() -> list[str]:
     for a, am, e, s in zip(_A_PLUS, _A_MINUS, eform.tolist(), two.tolist(), strict=True):
         out.append(_example(f"Analytic.eformCore {rat(a)} = {rat(Fraction(e))}"))
         out.append(_example(f"Analytic.twoSidedCore {rat(a)} {rat(am)} = {rat(Fraction(s))}"))
+    out.append("-- `tv_forms._retention_raw(p, c, log A, log A-)` at rational `A`, `A-`, "
+               "`e^c` (tied to\n-- `tv_retention_sound` by `Meters.tv_retention_core_sound`).\n")
+    for a, am, terms in _RETENTION_ROWS:
+        p = np.empty((1, len(terms)), dtype=object)
+        p[0, :] = [pi for pi, _ in terms]
+        c = np.empty((1, len(terms)), dtype=object)
+        c[0, :] = [_LogOf(x) for _, x in terms]
+        raw = _tv_forms._retention_raw(p, c, _objects(a), _objects(am))  # type: ignore[attr-defined]
+        value = Fraction(raw[0])
+        triples = ",\n      ".join(f"({rat(pi)}, {rat(x)}, {rat(1 / x)})" for pi, x in terms)
+        out.append(_example(f"Meters.retentionCore {rat(a)} {rat(am)} [{triples}] = {rat(value)}"))
     return out
 
 
@@ -822,8 +852,8 @@ VALUE_CHECKS: tuple[tuple[str, str, str], ...] = (
      "`softmax_tv_affine` (slope and cap), `tv_forms._tanh_max_arg`",
      "`Analytic.sharpOscArg`, `sharpLinfArg`, `eformArg`, `eformBridgeCore`, "
      "`affineSlopeArg`"),
-    ("Meters: the e-form and two-sided cores", "`tv_forms._eform_raw`, `_two_sided_raw`",
-     "`Analytic.eformCore`, `twoSidedCore`"),
+    ("Meters: the e-form and two-sided cores", "`tv_forms._eform_raw`, `_two_sided_raw`, "
+     "`_retention_raw`", "`Analytic.eformCore`, `twoSidedCore`, `Meters.retentionCore`"),
     ("Formats: fp8 witnesses", "`formats.code_value`, `code_step`, `witness_exact`, every "
      "code", "`Formats.codeValue`, `codeStep`, `witness`"),
     ("Cauchy-Schwarz coefficients: slopes, l2 caliber, logit bound",
@@ -857,7 +887,6 @@ def generate() -> str:
         rounding_checks(),
         output_checks(random.Random(SEED + 3)),
     ]
-    log_a_checks()
     sections = [(title, items) for (title, _, _), items
                 in zip(VALUE_CHECKS, items_of, strict=True)]
     for title, items in sections:
@@ -883,8 +912,11 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(diff[:60]), file=sys.stderr)
             if len(diff) > 60:
                 print(f"... ({len(diff) - 60} more diff lines)", file=sys.stderr)
-        margin_checks()  # after the diff: a drifted formula is reported by both
+        # after the diff: a drifted formula is reported by both
+        log_a_checks()
+        margin_checks()
         return 1 if stale else 0
+    log_a_checks()
     margin_checks()
     TARGET.write_text(text, encoding="utf-8")
     print(f"wrote {TARGET} ({text.count('decide +kernel')} kernel checks)")

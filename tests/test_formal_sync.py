@@ -211,6 +211,21 @@ def test_sync_check_fails_on_a_margin_below_the_error_it_covers(scratch: Path, o
     assert says in proc.stderr and "more than the margin's" in proc.stderr, proc.stderr
 
 
+def test_sync_check_fails_on_a_retention_weight_off_its_lean_definition(scratch: Path) -> None:
+    """The retention meter's per-token weight taking the larger of the one-sided and the
+    two-sided weights instead of the smaller: its values at rational A, A- and e^c no longer
+    equal `Meters.retentionCore` (the committed example is a removed line of the diff)."""
+    _edit(scratch / "witcert_calculus" / "meters" / "tv_forms.py",
+          "per = np.minimum(one_sided, np.maximum(up, down))",
+          "per = np.maximum(one_sided, np.maximum(up, down))")
+    proc = _run(scratch)
+    assert proc.returncode != 0
+    assert "FAILED: generated checks" in proc.stderr
+    removed = [ln for ln in proc.stderr.splitlines() if ln.startswith("-")]
+    assert any("Meters.retentionCore" in ln for ln in removed) or \
+        any(ln.startswith("-      (") and ": Rat) := by" in ln for ln in removed), proc.stderr
+
+
 def test_sync_check_fails_on_a_changed_lock_statement(scratch: Path) -> None:
     lock = scratch / "formal" / "statements.lock.json"
     text = lock.read_text(encoding="utf-8")

@@ -1157,6 +1157,33 @@ example : Analytic.eformCore (2 : Rat) = (3/2 : Rat) := by decide +kernel
 
 example : Analytic.twoSidedCore (2 : Rat) (1/2 : Rat) = (15/8 : Rat) := by decide +kernel
 
+-- `tv_forms._retention_raw(p, c, log A, log A-)` at rational `A`, `A-`, `e^c` (tied to
+-- `tv_retention_sound` by `Meters.tv_retention_core_sound`).
+
+example :
+    Meters.retentionCore (2 : Rat) (1/2 : Rat) [((1/2 : Rat), (1 : Rat), (1 : Rat)),
+      ((1/4 : Rat), (2 : Rat), (1/2 : Rat)),
+      ((1/4 : Rat), (4 : Rat), (1/4 : Rat))] =
+      (3/2 : Rat) := by
+  decide +kernel
+
+example :
+    Meters.retentionCore (4 : Rat) (1 : Rat) [((3/4 : Rat), (1 : Rat), (1 : Rat)),
+      ((1/4 : Rat), (8 : Rat), (1/8 : Rat))] =
+      (37/32 : Rat) := by
+  decide +kernel
+
+example :
+    Meters.retentionCore (1 : Rat) (1/2 : Rat) [((1/2 : Rat), (1 : Rat), (1 : Rat)),
+      ((1/2 : Rat), (2 : Rat), (1/2 : Rat))] =
+      (1/4 : Rat) := by
+  decide +kernel
+
+example :
+    Meters.retentionCore (1 : Rat) (1 : Rat) [((1 : Rat), (1 : Rat), (1 : Rat))] =
+      (0 : Rat) := by
+  decide +kernel
+
 /-! ### Formats: fp8 witnesses -/
 
 /-- The dyadic rational `n / 2^k`: the format checks write Python's exact values with it. -/

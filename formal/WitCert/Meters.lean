@@ -17,6 +17,8 @@ Soundness of the meters of `witcert_calculus.meters`, over the abstract ordered 
 
 * `WitCert.Meters.aPlus`: the meter's `A = Σ_t p̃_t e^{c_t}`.
 * `WitCert.Meters.aMinus`: the meter's `A⁻ = Σ_t p̃_t e^{−c_t}`.
+* `WitCert.Meters.retentionTerm`, `WitCert.Meters.retentionCore`: the retention meter's
+  per-token weight and its algebraic core, evaluated by the generated checks.
 
 ## Main statements
 
@@ -24,6 +26,9 @@ Soundness of the meters of `witcert_calculus.meters`, over the abstract ordered 
 * `WitCert.Meters.tv_two_sided_sound`: the same hypotheses give `TV ≤ ½ (A/A⁻ − A⁻/A)`.
 * `WitCert.Meters.tv_retention_sound`: the per-token retention form
   `TV ≤ ½ Σ_t p̃_t min(A e^{c_t} − 1, max(e^{c_t}/A⁻ − 1, 1 − e^{−c_t}/A))`.
+* `WitCert.Meters.tv_retention_core_sound`: the retention form with the weights the meter
+  computes, as `retentionCore` (from `tv_retention_sound`, `retentionTerm_meets` and
+  `retentionCore_map`).
 * `WitCert.Meters.tv_single_token`: a row with one visible token has `TV = 0`, whatever the
   logit errors (softmax over `[t]` is `1` for both `z` and `z̃`).
 * `WitCert.Meters.page_in_decrease`: paging in a block with block-constant bound `u` lowers `A`
@@ -160,6 +165,51 @@ theorem tv_retention_sound (b : β → α) (hL : L ≠ [])
       · rw [aMinus_eq] at h2
         rw [← e3, aPlus_eq] at h3
         exact Or.inr ⟨h2, h3⟩)
+
+/-- The retention meter's per-token weight `min (A x − 1) (max (x / A⁻ − 1) (1 − y / A))` at
+`x = e^{c_t}`, `y = e^{−c_t}`, for a field with decidable order (`Rat`: the generated checks
+evaluate it). Python: `tv_forms._retention_raw`'s `per`. -/
+@[expose] def retentionTerm {γ : Type} [Lean.Grind.Field γ] [LE γ] [DecidableLE γ]
+    (A Am x y : γ) : γ :=
+  let one := A * x - 1
+  let two := if x / Am - 1 ≤ 1 - y / A then 1 - y / A else x / Am - 1
+  if one ≤ two then one else two
+
+/-- The retention meter's algebraic core `½ Σ_t p_t · retentionTerm A A⁻ x_t y_t` over the
+triples `(p_t, x_t, y_t)`. Python: `tv_forms._retention_raw`. -/
+@[expose] def retentionCore {γ : Type} [Lean.Grind.Field γ] [LE γ] [DecidableLE γ]
+    (A Am : γ) : List (γ × γ × γ) → γ
+  | [] => 0
+  | t :: ts => (1 / 2) * (t.1 * retentionTerm A Am t.2.1 t.2.2) + retentionCore A Am ts
+
+-- An algebraic identity: the section's order classes are not needed.
+set_option linter.unusedSectionVars false in
+/-- The core over the triples of a list of tokens is `½ Σ_t p_t · retentionTerm …`. -/
+theorem retentionCore_map [DecidableLE α] (A Am : α) (f : β → α × α × α) (L : List β) :
+    retentionCore A Am (L.map f) =
+      (1 / 2) * lsum (fun t => (f t).1 * retentionTerm A Am (f t).2.1 (f t).2.2) L := by
+  induction L with
+  | nil => simp only [List.map_nil, retentionCore, lsum]; grind
+  | cons x L ih => simp only [List.map_cons, retentionCore, lsum]; rw [ih]; grind
+
+/-- `retentionTerm` meets the hypothesis of `tv_retention_sound`: it is the one-sided weight,
+or at least both two-sided ones. -/
+theorem retentionTerm_meets [DecidableLE α] (A Am x y : α) :
+    A * x - 1 ≤ retentionTerm A Am x y ∨
+      (x / Am - 1 ≤ retentionTerm A Am x y ∧ 1 - y / A ≤ retentionTerm A Am x y) := by
+  unfold retentionTerm
+  simp only
+  split <;> split <;> grind
+
+/-- `tv_retention_sound` with the weights the Python meter computes: `TV ≤ retentionCore A A⁻`
+over the triples `(p̃_t, e^{c_t}, e^{−c_t})`. -/
+theorem tv_retention_core_sound [DecidableLE α] (hL : L ≠ [])
+    (hc : ∀ t ∈ L, absA (z t - z' t) ≤ c t) :
+    tv (softmax E z L) (softmax E z' L) L ≤
+      retentionCore (aPlus E z' c L) (aMinus E z' c L)
+        (L.map fun t => (softmax E z' L t, E.exp (c t), E.exp (-(c t)))) := by
+  rw [retentionCore_map]
+  exact tv_retention_sound E z z' c L _ hL hc (fun t _ => retentionTerm_meets _ _ _ _)
 
 /-- Softmax over a single visible token is `1` at that token, whatever its logit. -/
 theorem softmax_singleton (t : β) : softmax E z [t] t = 1 := by
