@@ -16,7 +16,12 @@ The fp8 benchmark's two tables are stored and shown whole the same way:
     .venv/bin/python benchmarks/bench_vllm_fp8.py repair > out/fp8_repair.txt
     .venv/bin/python scripts/render_readme.py --fp8-repair out/fp8_repair.txt
 
-and so is the live plugin's cost table:
+and so is the path-contract matrix, judged from the artifacts stored in docs/paths/:
+
+    .venv/bin/python -m witcert_adapters.cli paths matrix docs/paths > out/paths.txt
+    .venv/bin/python scripts/render_readme.py --paths out/paths.txt
+
+and the live plugin's cost table:
 
     .venv/bin/python benchmarks/bench_vllm_live.py --host both > out/vllm_cost.txt
     .venv/bin/python scripts/render_readme.py --vllm-cost out/vllm_cost.txt
@@ -41,7 +46,8 @@ PLATFORM = ROOT / "docs" / "demo_report.platform"
 WHOLE = {"--vllm": ("vllm_demo_report", "vllm-demo"),
          "--fp8-coverage": ("vllm_fp8_coverage", "vllm-fp8-coverage"),
          "--fp8-repair": ("vllm_fp8_repair", "vllm-fp8-repair"),
-         "--vllm-cost": ("vllm_cost", "vllm-cost")}
+         "--vllm-cost": ("vllm_cost", "vllm-cost"),
+         "--paths": ("vllm_paths", "vllm-paths")}
 NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 

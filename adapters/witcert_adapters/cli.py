@@ -17,6 +17,9 @@ Commands (``witcert COMMAND --help`` documents each):
 - ``witcert formal check [--root DIR] [--jobs N] [--no-build]``: in a source checkout, the
   Lean build (a line per module), the fast sync check, and the fresh export registered
   against the shipped one;
+- ``witcert paths run --out DIR [--path NAME ...]``: serve vLLM's serving paths
+  (:data:`witcert_adapters.paths.PATHS`) with the plugin on and off, one artifact per path;
+  ``witcert paths matrix DIR``: the path-contract matrix judged from the artifacts alone;
 - ``witcert demo [ARGS...]``: the README's main job (:mod:`witcert_adapters.demo`; needs the
   ``hf`` extra), with the demo's own arguments.
 
@@ -100,6 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--jobs", type=int, default=2, help="parallel Lean processes (default 2)")
     check.add_argument("--no-build", action="store_true",
                        help="skip the Lean build; check the existing formal/build export")
+    paths = sub.add_parser("paths", help="serving paths of vLLM with the plugin: run, matrix",
+                           description="Serve each path twice (plugin on with audit, plugin "
+                           "off) and write its artifact, or print the path-contract matrix "
+                           "judged from a folder of artifacts alone.")
+    psub = paths.add_subparsers(dest="paths_command", required=True, metavar="ACTION")
+    prun = psub.add_parser("run", help="serve paths with vLLM's CPU build, write artifacts")
+    prun.add_argument("--out", type=Path, required=True, help="the artifacts' folder")
+    prun.add_argument("--path", action="append", default=[],
+                      help="a path to run (repeatable; default: every path)")
+    pmat = psub.add_parser("matrix", help="print the matrix judged from a folder of artifacts")
+    pmat.add_argument("folder", type=Path, help="the artifacts' folder")
+    pmat.add_argument("--json", action="store_true", help="print JSON")
     demo = sub.add_parser("demo", help="the README's main job (needs the hf extra)",
                           description="Run the demo: a real model's attention memory observed "
                           "through contracts; arguments after 'demo' go to the demo "
@@ -251,8 +266,25 @@ def _formal(args: argparse.Namespace) -> dict[str, object]:
             "theorems": len(fresh), "cited": len(cited_theorems())}
 
 
+def _paths(args: argparse.Namespace) -> dict[str, object]:
+    from dataclasses import asdict
+
+    from witcert_adapters.paths import PATHS, matrix_of, render_matrix, run_path, serving_path
+
+    if args.paths_command == "run":
+        from witcert_adapters.demo.models import smollm2_engine_dir
+
+        chosen = [serving_path(n) for n in args.path] if args.path else list(PATHS.values())
+        written = [str(run_path(p, model=smollm2_engine_dir(), out_dir=args.out))
+                   for p in chosen]
+        return {"written": written, "text": "\n".join(written)}
+    rows = matrix_of(args.folder)
+    return {"rows": [asdict(r) for r in rows], "text": render_matrix(rows)}
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], dict[str, object]]] = {
-    "gate-law": _gate, "rate": _rate, "explain": _explain, "ledger": _replay, "formal": _formal}
+    "gate-law": _gate, "rate": _rate, "explain": _explain, "ledger": _replay, "formal": _formal,
+    "paths": _paths}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -276,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(out))
     elif args.command == "explain":
         print(_explain_text(out))
+    elif args.command == "paths":
+        print(str(out["text"]).rstrip("\n"))
     elif args.command == "ledger":
         print(_replay_text(out))
     elif args.command == "formal":
