@@ -456,8 +456,11 @@ def matrix_of(directory: Path) -> list[PathRow]:
     artifact is ``not-measured``).
 
     Raises:
-        InvalidValueError: an artifact that does not check, or a file for an unknown path.
+        InvalidValueError: no such folder, an artifact that does not check, or a file for an
+            unknown path.
     """
+    if not Path(directory).is_dir():
+        raise InvalidValueError("folder", str(directory), "must be a folder of path artifacts")
     rows: list[PathRow] = []
     found = {f.stem: f for f in sorted(Path(directory).glob("*.json"))}
     for stem in found:

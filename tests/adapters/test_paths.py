@@ -120,6 +120,8 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
     (tmp_path / "x" / "nonsense.json").write_text("{}")
     with pytest.raises(InvalidValueError, match="nonsense"):
         matrix_of(tmp_path / "x")
+    with pytest.raises(InvalidValueError, match="folder"):
+        matrix_of(tmp_path / "no-such-folder")
     (tmp_path / "y").mkdir()
     (tmp_path / "y" / "concurrency-1.json").write_text("not json")
     with pytest.raises(InvalidValueError, match="readable JSON"):
