@@ -7,7 +7,9 @@
 #      telescoping, pooling, selection, the bridges' transfer coefficients, the meters' cores)
 #      and compares it with the committed file. A changed Python formula changes the file; the
 #      Lean build (scripts/lean_build.sh) then proves the committed values against Lean's own
-#      definitions.
+#      definitions. After the comparison it evaluates the meters' log A / log A- and retention
+#      form, and every rounding margin against the error it claims to cover
+#      (scripts/margin_checks.py), in 50-digit arithmetic.
 #   2. statement lock: `scripts/statement_lock.py` compares the committed lock
 #      formal/statements.lock.json with the shipped export witcert_calculus/lean/lean_export.json.
 #   3. schemas: `scripts/check_schemas.py` compares each built-in schema (the claim a theorem
