@@ -902,22 +902,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
     args = ap.parse_args(argv)
     text = generate()
-    if args.check:
-        current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
-        stale = current != text
-        if stale:
-            print(f"{TARGET} is stale: run python scripts/gen_lean_checks.py", file=sys.stderr)
-            diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(),
-                                             "committed", "regenerated", n=1, lineterm=""))
-            print("\n".join(diff[:60]), file=sys.stderr)
-            if len(diff) > 60:
-                print(f"... ({len(diff) - 60} more diff lines)", file=sys.stderr)
-        # after the diff: a drifted formula is reported by both
-        log_a_checks()
-        margin_checks()
-        return 1 if stale else 0
+    current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
+    stale = current != text
+    if args.check and stale:
+        print(f"{TARGET} is stale: run python scripts/gen_lean_checks.py", file=sys.stderr)
+        diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(),
+                                         "committed", "regenerated", n=1, lineterm=""))
+        print("\n".join(diff[:60]), file=sys.stderr)
+        if len(diff) > 60:
+            print(f"... ({len(diff) - 60} more diff lines)", file=sys.stderr)
+    # after the diff: a drifted formula is reported by both
     log_a_checks()
     margin_checks()
+    if args.check:
+        return 1 if stale else 0
     TARGET.write_text(text, encoding="utf-8")
     print(f"wrote {TARGET} ({text.count('decide +kernel')} kernel checks)")
     return 0

@@ -342,6 +342,7 @@ class PathRow:
 def _external(request: str, n: int) -> str:
     """The served request a verdict belongs to: vLLM's id without its 8-character suffix, and
     for ``n > 1`` samples without the child's ``k_`` prefix."""
+    # imported here: the plugin's package brings torch, which the path registry does not need
     from witcert_adapters.vllm_plugin.verdicts import external_id
 
     rid = external_id(request)
@@ -399,7 +400,7 @@ def judge(artifact: Artifact) -> PathRow:
                        f"{_first_line(on['refused'])}")
     verdicts: list[dict[str, Any]] = list(on["verdicts"])
     n = int(spec["n"])
-    served = {rid for rid in on["outputs"]}
+    served = set(on["outputs"])
     mine = [v for v in verdicts if _external(v["request"], n) in served]
     others = [v for v in verdicts if _external(v["request"], n) not in served]
     per_cell = int(on["model"]["layers"]) * int(on["model"]["heads"])

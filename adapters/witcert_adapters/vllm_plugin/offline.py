@@ -25,7 +25,7 @@ engine process (a benchmark's side-by-side pair): before each run this one waits
 
 Main declarations
 -----------------
-- :func:`main`.
+- :func:`main`; :func:`settle_verdicts` (also what :mod:`.path_run` collects its verdicts with).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 
-__all__ = ["main"]
+__all__ = ["main", "settle_verdicts"]
 
 
 def _run(args: argparse.Namespace) -> dict[str, Any]:
@@ -86,16 +86,35 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
         record["scored"] = scored
     config = active()
     if config is not None:
-        from witcert_adapters.vllm_plugin.store import VerdictStore
-        # The engine writes a request's verdict one step after it finished: one more tiny
-        # request makes that step happen, then the verdicts are awaited.
-        llm.generate(["."], SamplingParams(max_tokens=1), use_tqdm=False)
-        store = VerdictStore(config.store)
         ids = [r["request_id"] for r in record["requests"]] + \
             [i for r in record.get("scored", []) for i in r["request_ids"]]
-        store.wait(ids, timeout=60.0)
-        record["verdicts"] = [v.to_json() for v in store.all()]
+        record["verdicts"], late = settle_verdicts(llm, config.store, ids)
+        if late is not None:
+            raise TimeoutError(late)
     return record
+
+
+def settle_verdicts(llm: Any, store: Path, ids: Sequence[str], *, timeout: float = 60.0
+                    ) -> tuple[list[dict[str, Any]], str | None]:
+    """Every verdict the store holds once ``ids`` have theirs, and ``None``; or, when some
+    still have none after ``timeout`` seconds, the verdicts there are and the wait's message
+    (naming them).
+
+    The engine writes a request's verdict one step after it finished: one more tiny request
+    makes that step happen, then the verdicts are awaited.
+    """
+    from vllm import SamplingParams
+
+    from witcert_adapters.vllm_plugin.store import VerdictStore
+
+    llm.generate(["."], SamplingParams(max_tokens=1), use_tqdm=False)
+    verdicts = VerdictStore(store)
+    late = None
+    try:
+        verdicts.wait(list(ids), timeout=timeout)
+    except TimeoutError as exc:
+        late = str(exc)
+    return [v.to_json() for v in verdicts.all()], late
 
 
 def _stepped(llm: Any, b: int, prompt_tokens: int, params: Any, repeat: int, *,

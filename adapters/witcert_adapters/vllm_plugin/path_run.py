@@ -96,7 +96,7 @@ def _serve(llm: Any, spec: dict[str, Any]) -> dict[str, Any]:
 
 def _run(args: argparse.Namespace) -> dict[str, Any]:
     import vllm
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
 
     from witcert_adapters.vllm_plugin.config import active
 
@@ -124,19 +124,14 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     record["counters"] = _metrics(llm)
     config = active()
     if config is not None:
-        from witcert_adapters.vllm_plugin.store import VerdictStore
-        # The engine writes a request's verdict one step after it finished: one more tiny
-        # request makes that step happen, then the verdicts are awaited.
-        llm.generate(["."], SamplingParams(max_tokens=1), use_tqdm=False)
-        store = VerdictStore(config.store)
-        try:
-            # n > 1 samples are child requests "k_<id>", each with its own verdict
-            n = int(spec["n"])
-            ids = [r if n == 1 else f"{k}_{r}" for r in served["outputs"] for k in range(n)]
-            store.wait(ids, timeout=60.0)
-        except TimeoutError as exc:  # the judge sees which requests have none
-            record["verdict_wait"] = str(exc)
-        record["verdicts"] = [v.to_json() for v in store.all()]
+        from witcert_adapters.vllm_plugin.offline import settle_verdicts
+
+        # n > 1 samples are child requests "k_<id>", each with its own verdict
+        n = int(spec["n"])
+        ids = [r if n == 1 else f"{k}_{r}" for r in served["outputs"] for k in range(n)]
+        record["verdicts"], late = settle_verdicts(llm, config.store, ids)
+        if late is not None:  # the judge sees which requests have none
+            record["verdict_wait"] = late
     return record
 
 
