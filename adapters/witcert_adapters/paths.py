@@ -18,6 +18,9 @@ engine's version and settings, the requests, every verdict, the engine's own cou
 - **identity**: no verdict for a request that was not served, one verdict per served
   instance (an aborted request and its id served again are two), the fail-closed ones counted;
 - **metered**: every cell of every verdict audited;
+- **ledger**: every verdict's spend equals its recount (:func:`~witcert_adapters.vllm_plugin.
+  verdicts.recount_spent`: one deterministic reading a metered step), and a verdict has a
+  tier exactly when it did not fail closed;
 - **eviction/reuse**: the path's regime happened, read from the engine's own counters or the
   verdicts (preemptions, prefix-cache hits, prefill chunks, mixed batches, forked samples,
   an aborted id served again); ``n/a`` on a path with no such regime;
@@ -49,6 +52,7 @@ import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Final, cast, final
 
@@ -66,9 +70,14 @@ __all__ = [
     "judge",
     "load_artifact",
     "matrix_of",
+    "need",
+    "read_json_object",
     "render_matrix",
     "run_path",
+    "serve_spec",
+    "served_verdicts",
     "serving_path",
+    "slim",
 ]
 
 #: The engine the artifacts come from: an artifact of another engine or version is refused.
@@ -78,7 +87,8 @@ ENGINE: Final = {"name": "vllm", "version": "0.32.0"}
 VERDICTS: Final = ("pass", "fail-method", "blocked-upstream", "partial", "not-measured")
 
 #: The contract layers of a path, in the matrix's order.
-LAYERS: Final = ("captured", "identity", "metered", "eviction/reuse", "quality", "audit")
+LAYERS: Final = ("captured", "identity", "metered", "ledger", "eviction/reuse", "quality",
+                  "audit")
 
 _ARTIFACT_SCHEMA: Final = 1
 
@@ -203,6 +213,41 @@ def serving_path(name: str) -> ServingPath:
 # --------------------------------------------------------------------------- running
 
 
+def serve_spec(spec: Mapping[str, Any], *, model: Path, workdir: Path,
+               config: Any | None, extra_env: Mapping[str, str] | None = None,
+               timeout: float = 900.0) -> dict[str, Any]:
+    """Serve one spec in a fresh engine process (:mod:`witcert_adapters.vllm_plugin.path_run`)
+    and return its record.
+
+    Args:
+        spec: the JSON spec (:meth:`ServingPath.spec`).
+        model: the model folder; ``workdir``: an existing folder for the spec and the record.
+        config: the plugin's configuration (a ``PluginConfig``), ``None`` for the plugin off.
+        extra_env: more variables for the engine's environment.
+
+    Raises:
+        RuntimeError: an engine process that died without writing its record.
+    """
+    from witcert_adapters.vllm_plugin.launch import engine_env, engine_python
+
+    side = "off" if config is None else "on"
+    spec_file = workdir / f"{spec['name']}-{side}.spec.json"
+    spec_file.write_text(json.dumps(dict(spec)))
+    out = workdir / f"{spec['name']}-{side}.json"
+    env = engine_env(config)
+    env.update(extra_env or {})
+    proc = subprocess.run(
+        [str(engine_python()), "-m", "witcert_adapters.vllm_plugin.path_run",
+         "--spec", str(spec_file), "--model", str(model), "--out", str(out)],
+        env=env, cwd=workdir, capture_output=True, text=True, timeout=timeout, check=False)
+    if not out.exists():
+        raise RuntimeError(f"{spec['name']} ({side}): the engine exited with "
+                           f"{proc.returncode} without a record:\n"
+                           f"{(proc.stdout + proc.stderr)[-4000:]}")
+    record: dict[str, Any] = json.loads(out.read_text())
+    return record
+
+
 def run_path(path: ServingPath, *, model: Path, out_dir: Path, timeout: float = 900.0) -> Path:
     """Serve ``path`` with the plugin on (audit on) and off, and write its artifact.
 
@@ -213,37 +258,26 @@ def run_path(path: ServingPath, *, model: Path, out_dir: Path, timeout: float = 
         RuntimeError: an engine process that died without writing its record.
     """
     from witcert_adapters.vllm_plugin.config import PluginConfig
-    from witcert_adapters.vllm_plugin.launch import engine_env, engine_python
 
     out_dir.mkdir(parents=True, exist_ok=True)
     records: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        spec = Path(tmp) / "spec.json"
-        spec.write_text(json.dumps(path.spec()))
         for side in ("on", "off"):
             config = PluginConfig(store=Path(tmp) / "verdicts.sqlite", tau=0.1, audit=True) \
                 if side == "on" else None
-            out = Path(tmp) / f"{side}.json"
-            proc = subprocess.run(
-                [str(engine_python()), "-m", "witcert_adapters.vllm_plugin.path_run",
-                 "--spec", str(spec), "--model", str(model), "--out", str(out)],
-                env=engine_env(config), cwd=tmp, capture_output=True, text=True,
-                timeout=timeout, check=False)
-            if not out.exists():
-                raise RuntimeError(f"{path.name} ({side}): the engine exited with "
-                                   f"{proc.returncode} without a record:\n"
-                                   f"{(proc.stdout + proc.stderr)[-4000:]}")
-            records[side] = json.loads(out.read_text())
+            records[side] = serve_spec(path.spec(), model=model, workdir=Path(tmp),
+                                       config=config, timeout=timeout)
     artifact = {"schema": _ARTIFACT_SCHEMA, "path": path.name,
                 "engine": records["off"].get("engine", ENGINE), "spec": path.spec(),
-                "on": _slim(records["on"]), "off": _slim(records["off"])}
+                "on": slim(records["on"]), "off": slim(records["off"])}
     target = out_dir / f"{path.name}.json"
     target.write_text(json.dumps(artifact, indent=1, sort_keys=True) + "\n")
     return target
 
 
-def _slim(record: dict[str, Any]) -> dict[str, Any]:
-    # what the judge reads; the spec is the artifact's own
+def slim(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's record as an artifact keeps it: without its spec (the artifact's own) and the
+    trace."""
     return {k: v for k, v in record.items() if k not in ("spec", "trace")}
 
 
@@ -266,10 +300,28 @@ class Artifact:
     source: str
 
 
-def _need(data: Mapping[str, Any], key: str, where: str) -> Any:
+def need(data: Mapping[str, Any], key: str, where: str, *, kind: str = "a path artifact"
+         ) -> Any:
+    """``data[key]``, or an error naming ``where.key`` as missing from ``kind``."""
     if key not in data:
-        raise InvalidValueError(f"{where}.{key}", "missing", "must be present in a path artifact")
+        raise InvalidValueError(f"{where}.{key}", "missing", f"must be present in {kind}")
     return data[key]
+
+
+def read_json_object(file: Path) -> dict[str, Any]:
+    """An artifact file's JSON object.
+
+    Raises:
+        InvalidValueError: an unreadable file, not JSON, or not an object (the file named).
+    """
+    try:
+        raw: object = json.loads(Path(file).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InvalidValueError("artifact", str(file), f"must be a readable JSON file ({exc})") \
+            from None
+    if not isinstance(raw, dict):
+        raise InvalidValueError("artifact", str(file), "must hold a JSON object")
+    return cast(dict[str, Any], raw)
 
 
 def load_artifact(file: Path) -> Artifact:
@@ -279,35 +331,28 @@ def load_artifact(file: Path) -> Artifact:
         InvalidValueError: not JSON, another schema, an unknown path, an engine other than
             :data:`ENGINE`, or a missing field (each named).
     """
-    try:
-        raw: object = json.loads(Path(file).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InvalidValueError("artifact", str(file), f"must be a readable JSON file ({exc})") \
-            from None
-    if not isinstance(raw, dict):
-        raise InvalidValueError("artifact", str(file), "must hold a JSON object")
-    data = cast(dict[str, Any], raw)
-    if _need(data, "schema", "artifact") != _ARTIFACT_SCHEMA:
+    data = read_json_object(file)
+    if need(data, "schema", "artifact") != _ARTIFACT_SCHEMA:
         raise InvalidValueError("artifact.schema", data["schema"], f"must be {_ARTIFACT_SCHEMA}")
-    name = _need(data, "path", "artifact")
+    name = need(data, "path", "artifact")
     path = serving_path(name)
-    if _need(data, "spec", "artifact") != path.spec():
+    if need(data, "spec", "artifact") != path.spec():
         raise InvalidValueError("artifact.spec", f"the spec stored in {Path(file).name}",
                                 f"must be path {name!r} as defined now (run it again)")
-    engine = _need(data, "engine", "artifact")
+    engine = need(data, "engine", "artifact")
     if engine != ENGINE:
         raise InvalidValueError("artifact.engine", engine, f"must be {ENGINE} (the engine the "
                                 "plugin hooks into)")
-    runs: dict[str, dict[str, Any]] = {side: _need(data, side, "artifact")
+    runs: dict[str, dict[str, Any]] = {side: need(data, side, "artifact")
                                         for side in ("on", "off")}
     for side, run in runs.items():
         for key in _RUN_FIELDS:
-            _need(run, key, side)
+            need(run, key, side)
         if "refused" not in run:
             for key in _SERVED_FIELDS:
-                _need(run, key, side)
+                need(run, key, side)
             if side == "on":
-                _need(run, "verdicts", side)
+                need(run, "verdicts", side)
     if runs["on"]["plugin"] is not True or runs["off"]["plugin"] is not False:
         raise InvalidValueError("artifact.on.plugin / off.plugin",
                                 f"{runs['on']['plugin']} / {runs['off']['plugin']}",
@@ -348,6 +393,16 @@ def _external(request: str, n: int) -> str:
     rid = external_id(request)
     head, sep, tail = rid.partition("_")
     return tail if n > 1 and sep and head.isdigit() else rid
+
+
+def served_verdicts(run: Mapping[str, Any], n: int
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A served run's verdicts split in two: those of the requests it served (every sample of
+    each, and an aborted instance), and the others."""
+    served = set(run["outputs"])
+    mine = [v for v in run["verdicts"] if _external(v["request"], n) in served]
+    others = [v for v in run["verdicts"] if _external(v["request"], n) not in served]
+    return mine, others
 
 
 def _regime(spec: Mapping[str, Any], on: Mapping[str, Any], verdicts: list[dict[str, Any]]
@@ -398,11 +453,9 @@ def judge(artifact: Artifact) -> PathRow:
     if "refused" in on:
         return PathRow(artifact.path, "not-measured", "the plugin refuses it at start-up: "
                        f"{_first_line(on['refused'])}")
-    verdicts: list[dict[str, Any]] = list(on["verdicts"])
     n = int(spec["n"])
     served = set(on["outputs"])
-    mine = [v for v in verdicts if _external(v["request"], n) in served]
-    others = [v for v in verdicts if _external(v["request"], n) not in served]
+    mine, others = served_verdicts(on, n)
     per_cell = int(on["model"]["layers"]) * int(on["model"]["heads"])
     instances = n * len(served) + len(on["aborted"])
     layers: dict[str, Layer] = {}
@@ -421,6 +474,16 @@ def judge(artifact: Artifact) -> PathRow:
     layers["metered"] = Layer("ok" if unaudited == 0 and mine else "fail",
                               f"{sum(int(v['audited']) for v in mine)} cells audited, "
                               f"{unaudited} not")
+    from witcert_adapters.vllm_plugin.verdicts import recount_spent
+
+    off_count = [v["request"] for v in mine
+                 if Fraction(v["spent"]) != recount_spent(v) or
+                 (v["failure"] is None) == (v["tier"] is None)]
+    layers["ledger"] = Layer(
+        "ok" if not off_count else "fail",
+        f"spend = recount for {len(mine) - len(off_count)} of {len(mine)} verdicts "
+        f"({sum(int(v['steps']) for v in mine)} readings, each deterministic)" +
+        (f"; not for {off_count[:3]}" if off_count else ""))
     layers["eviction/reuse"] = _regime(spec, on, mine)
     differ = [rid for rid in served if on["outputs"][rid] != off["outputs"].get(rid)]
     layers["quality"] = Layer("ok" if not differ else "fail",

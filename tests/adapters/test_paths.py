@@ -48,13 +48,14 @@ def test_a_passing_path_is_every_layer_of_its_artifact(tmp_path: Path) -> None:
     row = _judge(tmp_path, _stored("abort-reuse"))
     assert row.verdict == "pass", row
     assert {k: v.status for k, v in row.layers.items()} == {
-        "captured": "ok", "identity": "ok", "metered": "ok", "eviction/reuse": "ok",
-        "quality": "ok", "audit": "ok"}
+        "captured": "ok", "identity": "ok", "metered": "ok", "ledger": "ok",
+        "eviction/reuse": "ok", "quality": "ok", "audit": "ok"}
 
 
 @pytest.mark.parametrize("plant, layer", [
     ("violation", "audit"), ("token", "quality"), ("lost-verdict", "captured"),
     ("stray-verdict", "identity"), ("unaudited", "metered"), ("short-cells", "captured"),
+    ("spend", "ledger"), ("tier-of-failed", "ledger"),
 ])
 def test_a_planted_fault_fails_the_method_at_its_layer(tmp_path: Path, plant: str,
                                                        layer: str) -> None:
@@ -71,6 +72,10 @@ def test_a_planted_fault_fails_the_method_at_its_layer(tmp_path: Path, plant: st
         on["verdicts"].append(dict(on["verdicts"][0], request="ghost-9-0a1b2c3d"))
     elif plant == "unaudited":
         on["verdicts"][0]["audited"] -= 1
+    elif plant == "spend":
+        on["verdicts"][0]["spent"] = "1/200"  # a spend the recount does not give
+    elif plant == "tier-of-failed":
+        on["verdicts"][0]["failure"] = "stale slot"  # failed closed, yet it kept its tier
     else:
         on["verdicts"][0]["cells"] -= 270
     row = _judge(tmp_path, data)

@@ -51,7 +51,7 @@ from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, StepLay
 from witcert_adapters.vllm_plugin.quantizer import ROUNDING, bits, check_bytes, engine_codes, \
     float32_scale
 from witcert_adapters.vllm_plugin.repair import Gate, LayerRepair
-from witcert_adapters.vllm_plugin.store import VerdictStore
+from witcert_adapters.vllm_plugin.store import VerdictStore, track
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestTally
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError, WitcertError
@@ -163,6 +163,8 @@ class Monitor:
         self.accounts: Accounts | None = None
         self.gate: Gate | None = None
         self.store = VerdictStore(config.store)
+        # requests an earlier engine on this store died serving get their failed-closed verdicts
+        self.store.recover()
         self.rope: RopeLayout | None = None
         self._runner: Any = None
         self._scheduled: Any = None
@@ -221,6 +223,7 @@ class Monitor:
                 audit=self.config.audit, delta_req=self.config.delta_req, session=self.session,
                 kv_cache_dtype=self.kv_cache_dtype, form=self.config.form,
                 witness=self.witness_name, repair=self.config.repair, kv_heads=int(kvh))
+            track(self.store, self.accounts)
             if self.config.repair:
                 self.gate = Gate(seats=self.seats, layers=self.n_layers, kv_heads=int(kvh),
                                  length=self.length, policy=RepairPolicy(self.config.tau))

@@ -3,18 +3,30 @@
 The worker (the engine process that meters) writes one row per finished request; the
 API server's side endpoint and metrics collector, and offline callers, read them. SQLite
 in WAL mode lets one writer and any number of readers in other processes share the file;
-each verdict is committed in its own transaction.
+each verdict is committed in its own transaction, so a verdict a reader has seen survives
+the engine's death (``kill -9``).
+
+A request cut by the engine's death never gets a verdict from it. So the engine opens a
+*session* (:meth:`VerdictStore.open_session`): a row, and an exclusive ``flock`` on a lock
+file beside the store that the operating system releases when the process dies; each
+request is recorded when its account opens (:meth:`VerdictStore.opened`). An engine that
+opens a session on the store first cuts every dead session's requests without a verdict
+(:meth:`VerdictStore.recover`): each gets a verdict that failed closed, no tier, its whole
+budget counted as spent, and the reason. A live session (its lock held) is never touched.
 
 Main declarations
 -----------------
 - :class:`VerdictStore`: :meth:`~VerdictStore.put`, :meth:`~VerdictStore.find`,
   :meth:`~VerdictStore.wait`, :meth:`~VerdictStore.totals`.
 - :class:`Totals`: aggregates for the metrics.
+- :func:`track`: an engine's session and its requests, recorded as their accounts open.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -23,10 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, final
 
-from witcert_adapters.vllm_plugin.verdicts import RequestVerdict
+from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestVerdict, cut_verdict
 from witcert_calculus.errors import InvalidValueError
 
-__all__ = ["Totals", "VerdictStore"]
+__all__ = ["Totals", "VerdictStore", "track"]
+
+_SESSION_KEYS: Final = ("kv_cache_dtype", "form", "witness", "tau", "delta_req")
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS verdicts (
@@ -49,6 +63,20 @@ CREATE TABLE IF NOT EXISTS verdicts (
 );
 CREATE INDEX IF NOT EXISTS verdicts_external ON verdicts (external);
 CREATE INDEX IF NOT EXISTS verdicts_request ON verdicts (request);
+CREATE TABLE IF NOT EXISTS sessions (
+    session TEXT PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    started REAL NOT NULL,
+    ended REAL,
+    settings TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS opened (
+    session TEXT NOT NULL,
+    account INTEGER NOT NULL,
+    request TEXT NOT NULL,
+    opened REAL NOT NULL,
+    PRIMARY KEY (session, account)
+);
 """
 
 
@@ -78,7 +106,7 @@ class VerdictStore:
         InvalidValueError: the folder does not exist.
     """
 
-    __slots__ = ("_conn", "_lock", "path")
+    __slots__ = ("_conn", "_lock", "_session_lock", "path")
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -89,10 +117,104 @@ class VerdictStore:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.executescript(_SCHEMA)
         self._lock = threading.Lock()
+        self._session_lock: int | None = None
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (and release this process's session, if it opened one)."""
         self._conn.close()
+        if self._session_lock is not None:
+            os.close(self._session_lock)
+            self._session_lock = None
+
+    def _lock_file(self, session: str) -> Path:
+        return self.path.with_name(f"{self.path.name}.session-{session}.lock")
+
+    def open_session(self, session: str, settings: dict[str, str]) -> list[RequestVerdict]:
+        """Open this engine's session (its row and its lock, held until the process ends),
+        after cutting the requests of dead sessions (:meth:`recover`).
+
+        Args:
+            session: the engine's session id; ``settings``: what its verdicts report
+                (``kv_cache_dtype``, ``form``, ``witness``, ``tau``, ``delta_req``).
+
+        Returns:
+            The verdicts of the requests cut.
+
+        Raises:
+            InvalidValueError: a session id already in the store, a second session for this
+                store object, or settings missing a key (named).
+        """
+        missing = [k for k in _SESSION_KEYS if k not in settings]
+        if missing:
+            raise InvalidValueError("session settings", missing, "are missing")
+        if self._session_lock is not None:
+            raise InvalidValueError("session", session, "this store object already holds one")
+        with self._lock:
+            if self._conn.execute("SELECT 1 FROM sessions WHERE session = ?",
+                                  (session,)).fetchone():
+                raise InvalidValueError("session", session, "is already in the store")
+        fd = os.open(self._lock_file(session), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise InvalidValueError("session", session, "is held by another process") from None
+        self._session_lock = fd
+        with self._lock:
+            self._conn.execute("INSERT INTO sessions VALUES (?, ?, ?, NULL, ?)",
+                               (session, os.getpid(), time.time(), json.dumps(settings)))
+        return self.recover()
+
+    def opened(self, session: str, account: int, request: str) -> None:
+        """Record that a request's account opened (before it has any verdict)."""
+        with self._lock:
+            self._conn.execute("INSERT OR REPLACE INTO opened VALUES (?, ?, ?, ?)",
+                               (session, account, request, time.time()))
+
+    def _alive(self, session: str) -> bool:
+        # a session is alive while some process holds its lock
+        try:
+            fd = os.open(self._lock_file(session), os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def recover(self) -> list[RequestVerdict]:
+        """Cut the requests of every dead session that have no verdict: each gets a verdict
+        that failed closed (no tier, its whole budget spent), and the session is ended.
+
+        Returns:
+            The verdicts written.
+        """
+        with self._lock:
+            sessions = self._conn.execute(
+                "SELECT session, settings FROM sessions WHERE ended IS NULL").fetchall()
+        cut: list[RequestVerdict] = []
+        for session, settings in sessions:
+            if self._alive(str(session)):
+                continue
+            with self._lock:
+                rows = self._conn.execute(
+                    "SELECT o.account, o.request FROM opened o LEFT JOIN verdicts v "
+                    "ON v.session = o.session AND v.account = o.account "
+                    "WHERE o.session = ? AND v.account IS NULL ORDER BY o.account",
+                    (session,)).fetchall()
+            for account, request in rows:
+                v = cut_verdict(str(request), int(account), str(session),
+                                json.loads(settings))
+                self.put(v)
+                cut.append(v)
+            with self._lock:
+                self._conn.execute("UPDATE sessions SET ended = ? WHERE session = ?",
+                                   (time.time(), session))
+            self._lock_file(str(session)).unlink(missing_ok=True)
+        return cut
 
     def put(self, v: RequestVerdict) -> None:
         """Store one verdict (a second verdict of the same account replaces the first)."""
@@ -154,6 +276,18 @@ class VerdictStore:
                 "SUM(covered), SUM(saturated), SUM(audited), SUM(violations) FROM verdicts "
                 "GROUP BY 1, 2 ORDER BY 1, 2").fetchall()
         return [Totals(str(r[0]), str(r[1]), *(int(x) for x in r[2:])) for r in rows]
+
+
+def track(store: VerdictStore, accounts: Accounts) -> list[RequestVerdict]:
+    """Open the session of an engine's accounts on the store and record each request as its
+    account opens; returns the verdicts of the dead sessions' requests it cut."""
+    cut = store.open_session(accounts.session, {
+        "kv_cache_dtype": accounts.kv_cache_dtype, "form": accounts.form,
+        "witness": accounts.witness, "tau": repr(float(accounts.tau)),
+        "delta_req": str(accounts.delta_req)})
+    session = accounts.session
+    accounts.on_open = lambda t: store.opened(session, t.account, t.request)
+    return cut
 
 
 def on_each(store: VerdictStore) -> Callable[[RequestVerdict], None]:

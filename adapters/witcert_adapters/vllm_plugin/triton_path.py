@@ -51,7 +51,7 @@ import torch
 from witcert_adapters.vllm_plugin.config import PluginConfig
 from witcert_adapters.vllm_plugin.meter import SUMMARY, summary_columns
 from witcert_adapters.vllm_plugin.paged import layer_index, step_requests
-from witcert_adapters.vllm_plugin.store import VerdictStore
+from witcert_adapters.vllm_plugin.store import VerdictStore, track
 from witcert_adapters.vllm_plugin.unified import UnifiedCertificate, metered_unified_attention
 from witcert_adapters.vllm_plugin.verdicts import Accounts
 from witcert_calculus.errors import EngineMismatchError, WitcertError
@@ -282,6 +282,8 @@ class TritonMonitor:
         self.n_layers = 0
         self.accounts: Accounts | None = None
         self.store = VerdictStore(config.store)
+        # requests an earlier engine on this store died serving get their failed-closed verdicts
+        self.store.recover()
         self._certs: dict[int, UnifiedCertificate] = {}
         self._written: set[int] = set()
         self._metadata: Any = None
@@ -315,6 +317,7 @@ class TritonMonitor:
                 layers=self.n_layers, seats=self.seats, tau=self.config.tau, audit=False,
                 delta_req=self.config.delta_req, session=self.session, kv_cache_dtype="auto",
                 form="meter", witness=f"bands={self.config.bands}")
+            track(self.store, self.accounts)
         return self.accounts
 
     def begin(self, runner: Any, scheduler_output: Any) -> None:

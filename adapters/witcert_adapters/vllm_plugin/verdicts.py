@@ -23,7 +23,7 @@ Main declarations
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any, final
@@ -35,13 +35,15 @@ from witcert_adapters.gate import GateVerdict, Stage, StageResult, declared_prob
     ordered_verdict
 from witcert_adapters.runs import ProbePath, Site
 from witcert_adapters.vllm_plugin.meter import SUMMARY
+from witcert_calculus.accounting.budget import telescoping_spent
 from witcert_calculus.contracts import _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Evidence
 
-__all__ = ["Accounts", "RepairVerdict", "RequestTally", "RequestVerdict", "WorstCell"]
+__all__ = ["Accounts", "RepairVerdict", "RequestTally", "RequestVerdict", "WorstCell",
+           "cut_verdict", "recount_spent"]
 
 
 @final
@@ -163,6 +165,34 @@ def external_id(request: str) -> str:
     return head if sep and len(tail) == 8 else request
 
 
+def cut_verdict(request: str, account: int, session: str, settings: dict[str, str]
+                ) -> RequestVerdict:
+    """The verdict of a request its engine died serving (``settings``: the session's
+    ``kv_cache_dtype``, ``form``, ``witness``, ``tau``, ``delta_req``): failed closed, no
+    tier, nothing metered counted, the whole budget spent."""
+    reason = (f"cut: engine session {session} ended (its process is gone) before the request "
+              "finished; no verdict was written for it")
+    return RequestVerdict(
+        request=request, external=external_id(request), account=account, session=session,
+        kv_cache_dtype=settings["kv_cache_dtype"], form=settings["form"],
+        witness=settings["witness"], tier=None, failure=reason, tau=float(settings["tau"]),
+        coverage=0.0, cells=0, covered=0, saturated=0, worst=WorstCell(0.0, -1, -1, -1),
+        spent=settings["delta_req"], delta_req=settings["delta_req"], steps=0, rows=0,
+        prefill_steps=0, mixed_steps=0, audited=0, violations=0, true_max=0.0,
+        gate={"accepted": False, "failed_stage": "cut", "stages": {}})
+
+
+def recount_spent(verdict: dict[str, Any]) -> Fraction:
+    """A verdict's ledger spend recounted from its own fields, independently of the ledger:
+    each metered step admitted one reading of the request's worst cell, deterministic
+    (Tier A, ``delta = 0``), so the telescoping sum over its probabilistic readings is over
+    none; a request cut by its engine's death counts its whole budget."""
+    delta_req = Fraction(verdict["delta_req"])
+    if str(verdict["failure"] or "").startswith("cut:"):
+        return delta_req
+    return telescoping_spent(0, delta_req)
+
+
 @final
 @dataclass(slots=True)
 class RequestTally:
@@ -255,10 +285,14 @@ class Accounts:
         kv_cache_dtype: what is served; ``form``: the TV bound each cell reports;
         witness: what bounds the keys; ``repair``: whether the gate repairs;
         kv_heads: kv heads per layer (the page-in fraction's denominator).
+
+    Attribute ``on_open`` (``None`` by default) is called with each request's tally when its
+    account opens (:func:`~witcert_adapters.vllm_plugin.store.track` records it in the store,
+    so a request cut by the engine's death is found).
     """
 
     __slots__ = ("_free", "_live", "audit", "delta_req", "form", "kv_cache_dtype", "kv_heads",
-                 "layers", "ledger", "repair", "session", "tau", "witness")
+                 "layers", "ledger", "on_open", "repair", "session", "tau", "witness")
 
     def __init__(self, *, layers: int, seats: int, tau: float, audit: bool,
                  delta_req: Fraction, session: str, kv_cache_dtype: str,
@@ -269,6 +303,7 @@ class Accounts:
         self.witness = witness
         self.repair = repair
         self.kv_heads = kv_heads
+        self.on_open: Callable[[RequestTally], None] | None = None
         self.tau = tau
         self.audit = audit
         self.delta_req = delta_req
@@ -294,6 +329,8 @@ class Accounts:
             t = RequestTally(request, account, self._free.pop(), self.layers, self.audit,
                              zeros.copy(), zeros.copy())
             self._live[request] = t
+            if self.on_open is not None:
+                self.on_open(t)
         return t
 
     def seat(self, request: str) -> int | None:
