@@ -71,8 +71,8 @@ noncomputable def restrict {β : Type} (p : β → α) (drop : β → Bool) (L :
   cond (drop t) 0 (p t / keptMass p drop L)
 
 /-- The number `n_b` of dropped tokens of `L` in block `b` (`blk t = b`), in the carrier. -/
-noncomputable def blockCount {β γ : Type} [DecidableEq γ] (drop : β → Bool) (blk : β → γ) (L : List β)
-    (b : γ) : α :=
+noncomputable def blockCount {β γ : Type} [DecidableEq γ] (drop : β → Bool) (blk : β → γ)
+    (L : List β) (b : γ) : α :=
   lsum (fun t => cond (drop t && decide (blk t = b)) 1 0) L
 
 /-! ### Mass bookkeeping -/

@@ -46,6 +46,9 @@ __all__ = [
     "DECOMPRESSION_CONTRACT_SOUND",
     "DITHER_TIER_B_PROB_BAD",
     "DITHER_TIER_B_TOKEN_SOUND",
+    "DROPPED_MASS_LE_BLOCKS",
+    "DROPPED_MASS_LE_WITNESS",
+    "DROPPED_MASS_SOFTMAX_EQ",
     "ENTRY_FALLBACK_CONTRACT_SOUND",
     "ENTRY_FALLBACK_MAX_SOUND",
     "FORMAT_RESIDUAL_LE",
@@ -57,6 +60,7 @@ __all__ = [
     "NEAREST_RESIDUAL_LE",
     "ONE_SUB_POW_LE_EXP",
     "OUTPUT_ERROR_CONTRACT_AT",
+    "OUTPUT_EVICT_ERROR_LE",
     "PAGE_IN_DECREASE",
     "POOLING_L2_CONTRACT_SOUND",
     "POOLING_MAX_CONTRACT_SOUND",
@@ -77,6 +81,7 @@ __all__ = [
     "TELESCOPE_SUM_EQ",
     "TRUNC_RESIDUAL_LE",
     "TV_EFORM_METER_SOUND",
+    "TV_RESTRICT_EQ_DROPPED_MASS",
     "TV_RETENTION_METER_SOUND",
     "TV_SINGLE_TOKEN_METER",
     "TV_TWO_SIDED_METER_SOUND",
@@ -89,6 +94,7 @@ __all__ = [
     "WEAKEST_LE_LEFT",
     "WEAKEST_LE_RIGHT",
     "WITNESS_CONTRACT_SOUND",
+    "WITNESS_MASS_LE_BLOCKS",
     "cited_theorems",
     "lookup",
     "register_theorems",
@@ -110,6 +116,16 @@ ADD_SOUND: Final = "WitCert.Contract.add_sound"
 # ----------------------------------------------------------------------------- Dither
 
 GRID_MGF_LE: Final = "WitCert.Dither.grid_mgf_le"
+
+# ----------------------------------------------------------------------------- Eviction
+# Token eviction: the TV cost of dropping tokens is their mass, its witness bounds, the output.
+
+DROPPED_MASS_LE_BLOCKS: Final = "WitCert.Eviction.dropped_mass_le_blocks"
+DROPPED_MASS_LE_WITNESS: Final = "WitCert.Eviction.dropped_mass_le_witness"
+DROPPED_MASS_SOFTMAX_EQ: Final = "WitCert.Eviction.dropped_mass_softmax_eq"
+OUTPUT_EVICT_ERROR_LE: Final = "WitCert.Eviction.output_evict_error_le"
+TV_RESTRICT_EQ_DROPPED_MASS: Final = "WitCert.Eviction.tv_restrict_eq_dropped_mass"
+WITNESS_MASS_LE_BLOCKS: Final = "WitCert.Eviction.witness_mass_le_blocks"
 
 # ----------------------------------------------------------------------------- Formats
 
