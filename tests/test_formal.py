@@ -133,6 +133,13 @@ EVICTION_THEOREMS = {
         "WitCert.Eviction.droppedMass (fun t => E.exp (s t)) drop L / "
         "(WitCert.Eviction.keptMass (fun t => E.exp (s t)) drop L + "
         "WitCert.Eviction.droppedMass (fun t => E.exp (s t)) drop L)",
+    theorems.RESTRICT_SOFTMAX_EQ:
+        "drop t = false → WitCert.Eviction.restrict (WitCert.Analytic.softmax E s L) drop L t = "
+        "WitCert.Analytic.softmax E s (List.filter (fun t => !drop t) L) t",
+    theorems.TV_SOFTMAX_KEPT_EQ:
+        "WitCert.Analytic.tv (WitCert.Analytic.softmax E s L) (fun t => bif drop t then 0 else "
+        "WitCert.Analytic.softmax E s (List.filter (fun t => !drop t) L) t) L = "
+        "WitCert.Eviction.droppedMass (fun t => E.exp (s t)) drop L / ",
     theorems.DROPPED_MASS_LE_WITNESS:
         "(∀ (t : β), t ∈ L → drop t = true → s t ≤ u t) → "
         "WitCert.Eviction.droppedMass (WitCert.Analytic.softmax E s L) drop L ≤ "

@@ -26,6 +26,9 @@ attention over the kept keys is `p` restricted to `K` and renormalized,
 
 * `WitCert.Eviction.tv_restrict_eq_dropped_mass`: `TV(p, p_K) = p(D)` exactly.
 * `WitCert.Eviction.dropped_mass_softmax_eq`: for `p = softmax s`, `p(D) = Z_D / (Z_K + Z_D)`.
+* `WitCert.Eviction.restrict_softmax_eq`: the renormalized restriction of `softmax s` is the
+  softmax over the kept tokens alone; `WitCert.Eviction.tv_softmax_kept_eq`: so
+  `TV(softmax s, softmax s over the kept tokens) = Z_D / (Z_K + Z_D)`.
 * `WitCert.Eviction.dropped_mass_le_witness`: logits of dropped tokens bounded by witnesses,
   `s_t ≤ u_t`, give `p(D) ≤ U_D / (Z_K + U_D)` with `U_D = Σ_{t dropped} exp u_t`.
 * `WitCert.Eviction.witness_mass_le_blocks`: a block-constant witness `u_b` gives
@@ -377,6 +380,111 @@ theorem dropped_mass_le_blocks {β γ : Type} [DecidableEq γ] (E : ExpLaws α) 
       (fun t _ => Std.le_of_lt (E.exp_pos (u (blk t)))))
     (witness_mass_le_blocks E u blk drop L B hB)
   grind
+
+/-! ### Attention over the kept keys -/
+
+set_option linter.unusedSectionVars false in
+private theorem kept_div {β : Type} (w : β → α) (Z : α) (drop : β → Bool) (L : List β) :
+    keptMass (fun t => w t / Z) drop L = keptMass w drop L / Z := by
+  induction L with
+  | nil => simp only [keptMass, lsum]; grind
+  | cons x xs ih =>
+    simp only [keptMass, lsum] at ih ⊢
+    cases hd : drop x with
+    | false => simp only [cond_false]; grind
+    | true => simp only [cond_true]; grind
+
+set_option linter.unusedSectionVars false in
+private theorem lsum_filter_kept {β : Type} (w : β → α) (drop : β → Bool) (L : List β) :
+    lsum w (L.filter (fun t => !drop t)) = keptMass w drop L := by
+  induction L with
+  | nil => simp [keptMass, lsum]
+  | cons x xs ih =>
+    simp only [keptMass] at ih ⊢
+    cases hd : drop x with
+    | false => simp [hd, lsum, ih]
+    | true => simp [hd, lsum, ih]; grind
+
+set_option linter.unusedSectionVars false in
+private theorem div_div_div_cancel {e Z K : α} (hZ : 0 < Z) (hK : 0 < K) :
+    e / Z / (K / Z) = e / K := by
+  have hr : 0 < K / Z := div_pos_of_pos hK hZ
+  have hA := mul_div_cancel_pos (z := e / Z) hr
+  have hB : K / Z * (e / K) = e / Z := by grind
+  have h1 := le_of_mul_le_mul_left_pos hr
+    (show K / Z * (e / Z / (K / Z)) ≤ K / Z * (e / K) by grind)
+  have h2 := le_of_mul_le_mul_left_pos hr
+    (show K / Z * (e / K) ≤ K / Z * (e / Z / (K / Z)) by grind)
+  grind
+
+set_option linter.unusedSectionVars false in
+/-- Attention over the kept keys is the renormalized restriction: if some token of `L` is kept,
+then at every kept token `t` the restriction of `p = softmax s` to the kept tokens,
+renormalized, is the softmax of the same logits over the kept tokens alone,
+`p_K(t) = softmax s (L kept) t = exp s_t / Z_K`. -/
+theorem restrict_softmax_eq {β : Type} (E : ExpLaws α) (s : β → α) (drop : β → Bool)
+    (L : List β) (hK : ∃ t ∈ L, drop t = false) (t : β) (ht : drop t = false) :
+    restrict (softmax E s L) drop L t = softmax E s (L.filter (fun t => !drop t)) t := by
+  have hZK := kept_exp_pos E s drop L hK
+  have hD := dropped_nonneg (fun t => E.exp (s t)) drop L
+    (fun t _ => Std.le_of_lt (E.exp_pos (s t)))
+  have hs := mass_split (fun t => E.exp (s t)) drop L
+  have hZ : 0 < lsum (fun t => E.exp (s t)) L := by grind
+  have hk : keptMass (softmax E s L) drop L =
+      keptMass (fun t => E.exp (s t)) drop L / lsum (fun t => E.exp (s t)) L :=
+    kept_div (fun t => E.exp (s t)) (lsum (fun t => E.exp (s t)) L) drop L
+  have hf : lsum (fun t => E.exp (s t)) (L.filter (fun t => !drop t)) =
+      keptMass (fun t => E.exp (s t)) drop L :=
+    lsum_filter_kept (fun t => E.exp (s t)) drop L
+  have e1 : restrict (softmax E s L) drop L t =
+      E.exp (s t) / lsum (fun t => E.exp (s t)) L / keptMass (softmax E s L) drop L := by
+    unfold restrict
+    rw [ht, cond_false]
+    rfl
+  have e2 : softmax E s (L.filter (fun t => !drop t)) t =
+      E.exp (s t) / lsum (fun t => E.exp (s t)) (L.filter (fun t => !drop t)) := rfl
+  rw [e1, e2, hk, hf]
+  exact div_div_div_cancel hZ hZK
+
+set_option linter.unusedSectionVars false in
+/-- Eviction in total variation, as the engine computes it: if some token of `L` is kept, the
+softmax of the logits `s` over the whole list and the softmax over the kept tokens alone
+(`0` at the dropped ones) are at distance
+`TV(softmax s, softmax s (L kept)) = p(D) = Z_D / (Z_K + Z_D)`. From
+`restrict_softmax_eq`, `tv_restrict_eq_dropped_mass` and `dropped_mass_softmax_eq`. -/
+theorem tv_softmax_kept_eq {β : Type} (E : ExpLaws α) (s : β → α) (drop : β → Bool)
+    (L : List β) (hK : ∃ t ∈ L, drop t = false) :
+    tv (softmax E s L) (fun t => cond (drop t) 0 (softmax E s (L.filter (fun t => !drop t)) t))
+        L =
+      droppedMass (fun t => E.exp (s t)) drop L /
+        (keptMass (fun t => E.exp (s t)) drop L + droppedMass (fun t => E.exp (s t)) drop L) := by
+  have hZK := kept_exp_pos E s drop L hK
+  have hD := dropped_nonneg (fun t => E.exp (s t)) drop L
+    (fun t _ => Std.le_of_lt (E.exp_pos (s t)))
+  have hs := mass_split (fun t => E.exp (s t)) drop L
+  have hZ : 0 < lsum (fun t => E.exp (s t)) L := by grind
+  have hfun : (fun t => cond (drop t) 0 (softmax E s (L.filter (fun t => !drop t)) t)) =
+      restrict (softmax E s L) drop L := by
+    funext t
+    cases hd : drop t with
+    | true => simp only [restrict, hd, cond_true]
+    | false =>
+      simp only [cond_false]
+      exact (restrict_softmax_eq E s drop L hK t hd).symm
+  have hp : ∀ t ∈ L, 0 ≤ softmax E s L t :=
+    fun t _ => Std.le_of_lt (div_pos_of_pos (E.exp_pos (s t)) hZ)
+  have hl : lsum (softmax E s L) L =
+      lsum (fun t => E.exp (s t)) L / lsum (fun t => E.exp (s t)) L :=
+    lsum_div (fun t => E.exp (s t)) (lsum (fun t => E.exp (s t)) L) L
+  have h1 : lsum (softmax E s L) L = 1 := by rw [hl]; grind
+  have hk : keptMass (softmax E s L) drop L =
+      keptMass (fun t => E.exp (s t)) drop L / lsum (fun t => E.exp (s t)) L :=
+    kept_div (fun t => E.exp (s t)) (lsum (fun t => E.exp (s t)) L) drop L
+  have hKp : 0 < keptMass (softmax E s L) drop L := by
+    rw [hk]
+    exact div_pos_of_pos hZK hZ
+  rw [hfun, tv_restrict_eq_dropped_mass (softmax E s L) drop L hp h1 hKp,
+    dropped_mass_softmax_eq]
 
 /-! ### The output error of eviction -/
 

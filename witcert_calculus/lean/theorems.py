@@ -69,6 +69,7 @@ __all__ = [
     "RATE_UPPER_BOUND_SOUND",
     "RECURRENCE_CONTRACT_SOUND",
     "RECURRENCE_PROB_BAD_LT_BUDGET",
+    "RESTRICT_SOFTMAX_EQ",
     "SAMPLING_MISS_PROBABILITY",
     "SCORE_BRIDGE_CONTRACT_SOUND",
     "SELECTOR_MASS_EFORM_CONTRACT_SOUND",
@@ -84,6 +85,7 @@ __all__ = [
     "TV_RESTRICT_EQ_DROPPED_MASS",
     "TV_RETENTION_METER_SOUND",
     "TV_SINGLE_TOKEN_METER",
+    "TV_SOFTMAX_KEPT_EQ",
     "TV_TWO_SIDED_METER_SOUND",
     "TWO_LAYER_BUDGET",
     "TheoremRecord",
@@ -124,7 +126,9 @@ DROPPED_MASS_LE_BLOCKS: Final = "WitCert.Eviction.dropped_mass_le_blocks"
 DROPPED_MASS_LE_WITNESS: Final = "WitCert.Eviction.dropped_mass_le_witness"
 DROPPED_MASS_SOFTMAX_EQ: Final = "WitCert.Eviction.dropped_mass_softmax_eq"
 OUTPUT_EVICT_ERROR_LE: Final = "WitCert.Eviction.output_evict_error_le"
+RESTRICT_SOFTMAX_EQ: Final = "WitCert.Eviction.restrict_softmax_eq"
 TV_RESTRICT_EQ_DROPPED_MASS: Final = "WitCert.Eviction.tv_restrict_eq_dropped_mass"
+TV_SOFTMAX_KEPT_EQ: Final = "WitCert.Eviction.tv_softmax_kept_eq"
 WITNESS_MASS_LE_BLOCKS: Final = "WitCert.Eviction.witness_mass_le_blocks"
 
 # ----------------------------------------------------------------------------- Formats
