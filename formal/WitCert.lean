@@ -24,6 +24,7 @@ public import WitCert.SemanticBridges
 public import WitCert.SemanticDither
 public import WitCert.SemanticMeters
 public import WitCert.Eviction
+public import WitCert.SemanticEviction
 public import WitCert.GeneratedChecks
 
 /-!

@@ -29,6 +29,8 @@ attention over the kept keys is `p` restricted to `K` and renormalized,
 * `WitCert.Eviction.restrict_softmax_eq`: the renormalized restriction of `softmax s` is the
   softmax over the kept tokens alone; `WitCert.Eviction.tv_softmax_kept_eq`: so
   `TV(softmax s, softmax s over the kept tokens) = Z_D / (Z_K + Z_D)`.
+* `WitCert.Eviction.tv_kept_le_one`: whatever the logits, that distance is at most `1` (the
+  soundness of the contract `WitCert.Semantic.evictTV`, `WitCert/SemanticEviction.lean`).
 * `WitCert.Eviction.dropped_mass_le_witness`: logits of dropped tokens bounded by witnesses,
   `s_t ≤ u_t`, give `p(D) ≤ U_D / (Z_K + U_D)` with `U_D = Σ_{t dropped} exp u_t`.
 * `WitCert.Eviction.witness_mass_le_blocks`: a block-constant witness `u_b` gives
@@ -485,6 +487,81 @@ theorem tv_softmax_kept_eq {β : Type} (E : ExpLaws α) (s : β → α) (drop : 
     exact div_pos_of_pos hZK hZ
   rw [hfun, tv_restrict_eq_dropped_mass (softmax E s L) drop L hp h1 hKp,
     dropped_mass_softmax_eq]
+
+set_option linter.unusedSectionVars false in
+private theorem div_nonneg_of_nonneg {a b : α} (ha : 0 ≤ a) (hb : 0 ≤ b) : 0 ≤ a / b := by
+  by_cases h : b = 0
+  · subst h
+    first | grind | (rw [Lean.Grind.Field.div_zero]; grind)
+  · have hb' : 0 < b := by grind
+    have := Lean.Grind.OrderedRing.mul_nonneg ha (Std.le_of_lt (inv_pos_of_pos hb'))
+    grind
+
+set_option linter.unusedSectionVars false in
+private theorem div_self_le_one {x : α} (hx : 0 ≤ x) : x / x ≤ 1 := by
+  by_cases h : x = 0
+  · subst h
+    first | grind | (rw [Lean.Grind.Field.div_zero]; grind)
+  · have : 0 < x := by grind
+    grind
+
+set_option linter.unusedSectionVars false in
+/-- The kept attention is at total variation at most `1` from the full attention, whatever the
+two logit vectors `z`, `z'` and the dropped tokens: on a nonempty list `softmax z` sums to `1`
+and the softmax of `z'` over the kept tokens (`0` at the dropped ones) sums to at most `1`
+(`0` when every token is dropped). The soundness field of the contract
+`WitCert.Semantic.evictTV`. -/
+theorem tv_kept_le_one {β : Type} (E : ExpLaws α) (z z' : β → α) (drop : β → Bool)
+    (L : List β) (hL : L ≠ []) :
+    tv (softmax E z L) (fun t => cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t))
+      L ≤ 1 := by
+  have hZ : 0 < lsum (fun t => E.exp (z t)) L := lsum_pos hL (fun t _ => E.exp_pos (z t))
+  have hZk : 0 ≤ lsum (fun t => E.exp (z' t)) (L.filter (fun t => !drop t)) :=
+    lsum_nonneg (fun t _ => Std.le_of_lt (E.exp_pos (z' t)))
+  have hq : ∀ t ∈ L, 0 ≤ cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t) := by
+    intro t _
+    cases drop t with
+    | true => simp only [cond_true]; grind
+    | false =>
+      simp only [cond_false]
+      exact div_nonneg_of_nonneg (Std.le_of_lt (E.exp_pos (z' t))) hZk
+  have hp : ∀ t ∈ L, 0 ≤ softmax E z L t :=
+    fun t _ => Std.le_of_lt (div_pos_of_pos (E.exp_pos (z t)) hZ)
+  have hl : lsum (softmax E z L) L =
+      lsum (fun t => E.exp (z t)) L / lsum (fun t => E.exp (z t)) L :=
+    lsum_div (fun t => E.exp (z t)) (lsum (fun t => E.exp (z t)) L) L
+  have h1 : lsum (softmax E z L) L = 1 := by rw [hl]; grind
+  have hk : lsum (fun t => cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t)) L =
+      keptMass (fun t => E.exp (z' t)) drop L /
+        lsum (fun t => E.exp (z' t)) (L.filter (fun t => !drop t)) :=
+    kept_div (fun t => E.exp (z' t)) (lsum (fun t => E.exp (z' t)) (L.filter (fun t => !drop t)))
+      drop L
+  have hsum : lsum (fun t => cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t)) L ≤
+      1 := by
+    rw [hk, ← lsum_filter_kept (fun t => E.exp (z' t)) drop L]
+    exact div_self_le_one hZk
+  have hle : lsum (fun t => absA (softmax E z L t -
+        cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t))) L ≤
+      lsum (fun t => softmax E z L t +
+        cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t)) L := by
+    apply lsum_le
+    intro t ht
+    have ha := hp t ht
+    have hb := hq t ht
+    unfold absA
+    split <;> grind
+  have hadd : lsum (fun t => softmax E z L t +
+        cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t)) L =
+      lsum (softmax E z L) L +
+        lsum (fun t => cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t)) L :=
+    lsum_add (softmax E z L)
+      (fun t => cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t)) L
+  have e2 : tv (softmax E z L)
+      (fun t => cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t)) L =
+      (1 / 2) * lsum (fun t => absA (softmax E z L t -
+        cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t))) L := rfl
+  rw [e2]
+  grind
 
 /-! ### The output error of eviction -/
 

@@ -51,6 +51,9 @@ __all__ = [
     "DROPPED_MASS_SOFTMAX_EQ",
     "ENTRY_FALLBACK_CONTRACT_SOUND",
     "ENTRY_FALLBACK_MAX_SOUND",
+    "EVICT_TV_BLOCKS_METER_SOUND",
+    "EVICT_TV_METER_EQ",
+    "EVICT_TV_METER_SOUND",
     "FORMAT_RESIDUAL_LE",
     "GRID_MGF_LE",
     "ID_SOUND",
@@ -82,6 +85,7 @@ __all__ = [
     "TELESCOPE_SUM_EQ",
     "TRUNC_RESIDUAL_LE",
     "TV_EFORM_METER_SOUND",
+    "TV_KEPT_LE_ONE",
     "TV_RESTRICT_EQ_DROPPED_MASS",
     "TV_RETENTION_METER_SOUND",
     "TV_SINGLE_TOKEN_METER",
@@ -127,6 +131,7 @@ DROPPED_MASS_LE_WITNESS: Final = "WitCert.Eviction.dropped_mass_le_witness"
 DROPPED_MASS_SOFTMAX_EQ: Final = "WitCert.Eviction.dropped_mass_softmax_eq"
 OUTPUT_EVICT_ERROR_LE: Final = "WitCert.Eviction.output_evict_error_le"
 RESTRICT_SOFTMAX_EQ: Final = "WitCert.Eviction.restrict_softmax_eq"
+TV_KEPT_LE_ONE: Final = "WitCert.Eviction.tv_kept_le_one"
 TV_RESTRICT_EQ_DROPPED_MASS: Final = "WitCert.Eviction.tv_restrict_eq_dropped_mass"
 TV_SOFTMAX_KEPT_EQ: Final = "WitCert.Eviction.tv_softmax_kept_eq"
 WITNESS_MASS_LE_BLOCKS: Final = "WitCert.Eviction.witness_mass_le_blocks"
@@ -166,6 +171,9 @@ DECOMPRESSION_CONTRACT_SOUND: Final = "WitCert.Semantic.decompression_contract_s
 DITHER_TIER_B_PROB_BAD: Final = "WitCert.Semantic.dither_tier_b_prob_bad"
 DITHER_TIER_B_TOKEN_SOUND: Final = "WitCert.Semantic.dither_tier_b_token_sound"
 ENTRY_FALLBACK_CONTRACT_SOUND: Final = "WitCert.Semantic.entry_fallback_contract_sound"
+EVICT_TV_BLOCKS_METER_SOUND: Final = "WitCert.Semantic.evict_tv_blocks_meter_sound"
+EVICT_TV_METER_EQ: Final = "WitCert.Semantic.evict_tv_meter_eq"
+EVICT_TV_METER_SOUND: Final = "WitCert.Semantic.evict_tv_meter_sound"
 ID_SOUND: Final = "WitCert.Semantic.Contract.id_sound"
 LOGIT_BOUND_METER_SOUND: Final = "WitCert.Semantic.logit_bound_norms_meter_sound"
 OUTPUT_ERROR_CONTRACT_AT: Final = "WitCert.Semantic.output_error_contract_at"
