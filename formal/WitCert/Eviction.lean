@@ -163,7 +163,7 @@ set_option linter.unusedSectionVars false in
 tokens of `L` (`p_t ≥ 0`, `Σ_t p_t = 1`) whose kept tokens have positive mass `p(K) > 0`, the
 distance between `p` and its restriction to the kept tokens, renormalized
 (`p_K(t) = p_t / p(K)` kept, `0` dropped), is `TV(p, p_K) = p(D)`, the mass of the dropped
-tokens. Python: the eviction meter's TV reading. -/
+tokens. -/
 theorem tv_restrict_eq_dropped_mass {β : Type} (p : β → α) (drop : β → Bool) (L : List β)
     (hp : ∀ t ∈ L, 0 ≤ p t) (h1 : lsum p L = 1) (hK : 0 < keptMass p drop L) :
     tv p (restrict p drop L) L = droppedMass p drop L := by
@@ -275,7 +275,7 @@ set_option linter.unusedSectionVars false in
 `s_t ≤ u_t`, then the dropped mass of `p = softmax s` is at most
 `p(D) = Z_D / (Z_K + Z_D) ≤ U_D / (Z_K + U_D)` with `Z_K = Σ_{t kept} exp s_t` and
 `U_D = Σ_{t dropped} exp u_t` (`x / (Z_K + x)` is monotone in `x` for `Z_K > 0`). By
-`tv_restrict_eq_dropped_mass` this bounds `TV(p, p_K)`. Python: the eviction meter. -/
+`tv_restrict_eq_dropped_mass` this bounds `TV(p, p_K)`. -/
 theorem dropped_mass_le_witness {β : Type} (E : ExpLaws α) (s u : β → α) (drop : β → Bool)
     (L : List β) (hK : ∃ t ∈ L, drop t = false) (hu : ∀ t ∈ L, drop t = true → s t ≤ u t) :
     droppedMass (softmax E s L) drop L ≤
@@ -325,12 +325,12 @@ private theorem lsum_add_mul {γ : Type} (f g h : γ → α) (B : List γ) :
   | cons x xs ih => simp only [lsum, ih]; grind
 
 set_option linter.unusedSectionVars false in
-/-- Block witnesses of evicted blocks: if every dropped token `t` lies in a listed block
-`blk t ∈ B` whose witness `u_b` (e.g. from the block's centroid and radius) bounds its logit
-witness, the dropped witness mass is at most the per-block one,
+/-- Block witnesses of evicted blocks: give every dropped token `t` the witness `u_{blk t}` of
+its block (e.g. from the block's centroid and radius); if each dropped token's block is listed,
+`blk t ∈ B`, the dropped witness mass is at most the per-block one,
 `U_D = Σ_{t dropped} exp u_{blk t} ≤ Σ_{b ∈ B} n_b exp u_b`, with `n_b` the number of dropped
-tokens of block `b` (`blockCount`). A block listed twice is counted twice; with each evicted
-block listed once the two sides are equal. -/
+tokens of block `b` (`blockCount`). A block listed twice is counted twice (equality holds when
+each block is listed once; only the inequality is proved here). -/
 theorem witness_mass_le_blocks {β γ : Type} [DecidableEq γ] (E : ExpLaws α) (u : γ → α)
     (blk : β → γ) (drop : β → Bool) (L : List β) (B : List γ)
     (hB : ∀ t ∈ L, drop t = true → blk t ∈ B) :
@@ -614,7 +614,7 @@ cache and `o_K = Σ_t p_K(t) • v_t` the output over the kept keys (`p_K = rest
 for a distribution `p` (`p_t ≥ 0`, `Σ_t p_t = 1`) with `p(K) > 0` and values in a normed space
 `N` whose scalar multiplication satisfies `(a b) • x = a • (b • x)`. If every dropped value has
 `‖v_t‖ ≤ M`, then `‖o − o_K‖ ≤ p(D) · (M + ‖o_K‖)`: indeed
-`o − o_K = Σ_{t dropped} p_t • v_t − p(D) • o_K`. Python: the eviction meter's output bound. -/
+`o − o_K = Σ_{t dropped} p_t • v_t − p(D) • o_K`. -/
 theorem output_evict_error_le {β : Type}
     (hmul : ∀ (a b : α) (x : V), N.smul (a * b) x = N.smul a (N.smul b x))
     (p : β → α) (v : β → V) (drop : β → Bool) (L : List β) (M : α)
