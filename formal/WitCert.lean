@@ -23,6 +23,8 @@ public import WitCert.Diagnosis
 public import WitCert.SemanticBridges
 public import WitCert.SemanticDither
 public import WitCert.SemanticMeters
+public import WitCert.Eviction
+public import WitCert.SemanticEviction
 public import WitCert.GeneratedChecks
 
 /-!

@@ -124,6 +124,81 @@ def test_axiom_audit(export: dict[str, Any]) -> None:
         assert not re.search(r"^\S*\.lean:\d+:\d+: error", text, re.MULTILINE), log
 
 
+EVICTION_THEOREMS = {
+    theorems.TV_RESTRICT_EQ_DROPPED_MASS:
+        "WitCert.Analytic.tv p (WitCert.Eviction.restrict p drop L) L = "
+        "WitCert.Eviction.droppedMass p drop L",
+    theorems.DROPPED_MASS_SOFTMAX_EQ:
+        "WitCert.Eviction.droppedMass (WitCert.Analytic.softmax E s L) drop L = "
+        "WitCert.Eviction.droppedMass (fun t => E.exp (s t)) drop L / "
+        "(WitCert.Eviction.keptMass (fun t => E.exp (s t)) drop L + "
+        "WitCert.Eviction.droppedMass (fun t => E.exp (s t)) drop L)",
+    theorems.RESTRICT_SOFTMAX_EQ:
+        "drop t = false → WitCert.Eviction.restrict (WitCert.Analytic.softmax E s L) drop L t = "
+        "WitCert.Analytic.softmax E s (List.filter (fun t => !drop t) L) t",
+    theorems.TV_SOFTMAX_KEPT_EQ:
+        "WitCert.Analytic.tv (WitCert.Analytic.softmax E s L) (fun t => bif drop t then 0 else "
+        "WitCert.Analytic.softmax E s (List.filter (fun t => !drop t) L) t) L = "
+        "WitCert.Eviction.droppedMass (fun t => E.exp (s t)) drop L / ",
+    theorems.TV_KEPT_LE_ONE:
+        "WitCert.Analytic.tv (WitCert.Analytic.softmax E z L) (fun t => bif drop t then 0 else "
+        "WitCert.Analytic.softmax E z' (List.filter (fun t => !drop t) L) t) L ≤ 1",
+    theorems.DROPPED_MASS_LE_WITNESS:
+        "(∀ (t : β), t ∈ L → drop t = true → s t ≤ u t) → "
+        "WitCert.Eviction.droppedMass (WitCert.Analytic.softmax E s L) drop L ≤ "
+        "WitCert.Eviction.droppedMass (fun t => E.exp (u t)) drop L / "
+        "(WitCert.Eviction.keptMass (fun t => E.exp (s t)) drop L + "
+        "WitCert.Eviction.droppedMass (fun t => E.exp (u t)) drop L)",
+    theorems.WITNESS_MASS_LE_BLOCKS:
+        "WitCert.Eviction.droppedMass (fun t => E.exp (u (blk t))) drop L ≤ "
+        "WitCert.Analytic.lsum (fun b => WitCert.Eviction.blockCount drop blk L b * E.exp (u b)) B",
+    theorems.DROPPED_MASS_LE_BLOCKS:
+        "(∀ (t : β), t ∈ L → drop t = true → s t ≤ u (blk t)) → ",
+    theorems.OUTPUT_EVICT_ERROR_LE:
+        "≤ WitCert.Eviction.droppedMass p drop L * (M + N.norm (N.vsum (fun t => "
+        "N.smul (WitCert.Eviction.restrict p drop L t) (v t)) L))",
+}
+
+# The eviction meters about the semantic contract `evictTV` (WitCert/SemanticEviction.lean).
+SEMANTIC_EVICTION_THEOREMS = {
+    theorems.EVICT_TV_METER_EQ: "= WitCert.Eviction.droppedMass (fun t => E.exp (z t)) drop L / ",
+    theorems.EVICT_TV_METER_SOUND:
+        "≤ WitCert.Eviction.droppedMass (fun t => E.exp (u t)) drop L / ",
+    theorems.EVICT_TV_BLOCKS_METER_SOUND:
+        "≤ WitCert.Analytic.lsum (fun b => WitCert.Eviction.blockCount drop blk L b * E.exp (u b)) B / ",
+}
+
+
+def test_eviction_theorems_are_exported_axiom_free_and_cited(export: dict[str, Any]) -> None:
+    """The theorems of token eviction (``WitCert/Eviction.lean``) and its meters about the
+    contract ``evictTV`` (``WitCert/SemanticEviction.lean``): each is cited by a constant of
+    ``theorems.py``, exported from its module with its statement, shipped with the package, and
+    reaches no axiom beyond the allowed ones; the two modules declare no other public theorem and
+    pass the source audit."""
+    rows = {t["name"]: t for t in export["theorems"]}
+    constants = {getattr(theorems, n) for n in theorems.__all__
+                 if isinstance(getattr(theorems, n), str)}
+    sources = [FORMAL / "WitCert" / "Eviction.lean", FORMAL / "WitCert" / "SemanticEviction.lean"]
+    declared = {n: m for n, m in lean_driver.declared_theorems(FORMAL, sources)}
+    assert set(declared) == set(EVICTION_THEOREMS) | set(SEMANTIC_EVICTION_THEOREMS)
+    for name, fragment in (EVICTION_THEOREMS | SEMANTIC_EVICTION_THEOREMS).items():
+        assert name in constants and name in theorems.cited_theorems(), name
+        row = rows[name]
+        assert row["module"] == declared[name], row
+        assert fragment in row["statement"], (name, row["statement"])
+        assert "sorryAx" not in row["axioms"] and set(row["axioms"]) <= ALLOWED_AXIOMS, row
+        shipped = theorems.lookup(name)
+        assert shipped.statement == row["statement"]
+        assert set(shipped.axioms or ()) <= ALLOWED_AXIOMS, name
+    assert lean_driver.audit_sources(sources) == []
+    # the meters read the contract's maps, as every meter Python certifies with must
+    for name in SEMANTIC_EVICTION_THEOREMS:
+        assert name.startswith("WitCert.Semantic."), name
+        statement = rows[name]["statement"]
+        assert "(WitCert.Semantic.evictTV E L hL drop S s).exact z" in statement, statement
+        assert "(WitCert.Semantic.evictTV E L hL drop S s).approx ω z" in statement, statement
+
+
 def test_official_axiom_audit_when_present(exported: dict[str, str]) -> None:
     """``lake exe axiom_audit > formal/build/axioms.json`` on an official toolchain."""
     if not OFFICIAL.exists():

@@ -46,8 +46,14 @@ __all__ = [
     "DECOMPRESSION_CONTRACT_SOUND",
     "DITHER_TIER_B_PROB_BAD",
     "DITHER_TIER_B_TOKEN_SOUND",
+    "DROPPED_MASS_LE_BLOCKS",
+    "DROPPED_MASS_LE_WITNESS",
+    "DROPPED_MASS_SOFTMAX_EQ",
     "ENTRY_FALLBACK_CONTRACT_SOUND",
     "ENTRY_FALLBACK_MAX_SOUND",
+    "EVICT_TV_BLOCKS_METER_SOUND",
+    "EVICT_TV_METER_EQ",
+    "EVICT_TV_METER_SOUND",
     "FORMAT_RESIDUAL_LE",
     "GRID_MGF_LE",
     "ID_SOUND",
@@ -57,6 +63,7 @@ __all__ = [
     "NEAREST_RESIDUAL_LE",
     "ONE_SUB_POW_LE_EXP",
     "OUTPUT_ERROR_CONTRACT_AT",
+    "OUTPUT_EVICT_ERROR_LE",
     "PAGE_IN_DECREASE",
     "POOLING_L2_CONTRACT_SOUND",
     "POOLING_MAX_CONTRACT_SOUND",
@@ -65,6 +72,7 @@ __all__ = [
     "RATE_UPPER_BOUND_SOUND",
     "RECURRENCE_CONTRACT_SOUND",
     "RECURRENCE_PROB_BAD_LT_BUDGET",
+    "RESTRICT_SOFTMAX_EQ",
     "SAMPLING_MISS_PROBABILITY",
     "SCORE_BRIDGE_CONTRACT_SOUND",
     "SELECTOR_MASS_EFORM_CONTRACT_SOUND",
@@ -77,8 +85,11 @@ __all__ = [
     "TELESCOPE_SUM_EQ",
     "TRUNC_RESIDUAL_LE",
     "TV_EFORM_METER_SOUND",
+    "TV_KEPT_LE_ONE",
+    "TV_RESTRICT_EQ_DROPPED_MASS",
     "TV_RETENTION_METER_SOUND",
     "TV_SINGLE_TOKEN_METER",
+    "TV_SOFTMAX_KEPT_EQ",
     "TV_TWO_SIDED_METER_SOUND",
     "TWO_LAYER_BUDGET",
     "TheoremRecord",
@@ -89,6 +100,7 @@ __all__ = [
     "WEAKEST_LE_LEFT",
     "WEAKEST_LE_RIGHT",
     "WITNESS_CONTRACT_SOUND",
+    "WITNESS_MASS_LE_BLOCKS",
     "cited_theorems",
     "lookup",
     "register_theorems",
@@ -110,6 +122,19 @@ ADD_SOUND: Final = "WitCert.Contract.add_sound"
 # ----------------------------------------------------------------------------- Dither
 
 GRID_MGF_LE: Final = "WitCert.Dither.grid_mgf_le"
+
+# ----------------------------------------------------------------------------- Eviction
+# Token eviction: the TV cost of dropping tokens is their mass, its witness bounds, the output.
+
+DROPPED_MASS_LE_BLOCKS: Final = "WitCert.Eviction.dropped_mass_le_blocks"
+DROPPED_MASS_LE_WITNESS: Final = "WitCert.Eviction.dropped_mass_le_witness"
+DROPPED_MASS_SOFTMAX_EQ: Final = "WitCert.Eviction.dropped_mass_softmax_eq"
+OUTPUT_EVICT_ERROR_LE: Final = "WitCert.Eviction.output_evict_error_le"
+RESTRICT_SOFTMAX_EQ: Final = "WitCert.Eviction.restrict_softmax_eq"
+TV_KEPT_LE_ONE: Final = "WitCert.Eviction.tv_kept_le_one"
+TV_RESTRICT_EQ_DROPPED_MASS: Final = "WitCert.Eviction.tv_restrict_eq_dropped_mass"
+TV_SOFTMAX_KEPT_EQ: Final = "WitCert.Eviction.tv_softmax_kept_eq"
+WITNESS_MASS_LE_BLOCKS: Final = "WitCert.Eviction.witness_mass_le_blocks"
 
 # ----------------------------------------------------------------------------- Formats
 
@@ -146,6 +171,9 @@ DECOMPRESSION_CONTRACT_SOUND: Final = "WitCert.Semantic.decompression_contract_s
 DITHER_TIER_B_PROB_BAD: Final = "WitCert.Semantic.dither_tier_b_prob_bad"
 DITHER_TIER_B_TOKEN_SOUND: Final = "WitCert.Semantic.dither_tier_b_token_sound"
 ENTRY_FALLBACK_CONTRACT_SOUND: Final = "WitCert.Semantic.entry_fallback_contract_sound"
+EVICT_TV_BLOCKS_METER_SOUND: Final = "WitCert.Semantic.evict_tv_blocks_meter_sound"
+EVICT_TV_METER_EQ: Final = "WitCert.Semantic.evict_tv_meter_eq"
+EVICT_TV_METER_SOUND: Final = "WitCert.Semantic.evict_tv_meter_sound"
 ID_SOUND: Final = "WitCert.Semantic.Contract.id_sound"
 LOGIT_BOUND_METER_SOUND: Final = "WitCert.Semantic.logit_bound_norms_meter_sound"
 OUTPUT_ERROR_CONTRACT_AT: Final = "WitCert.Semantic.output_error_contract_at"
