@@ -29,7 +29,7 @@ from witcert_adapters.vllm_plugin.paged import CacheFormat, CacheLayout, StepLay
     cache_format, dequantize, element_offsets, stored_elements, stored_keys, visible_keys
 from witcert_adapters.vllm_plugin.quantizer import ROUNDING, engine_codes
 from witcert_adapters.vllm_plugin.store import VerdictStore
-from witcert_adapters.vllm_plugin.verdicts import Accounts, external_id
+from witcert_adapters.vllm_plugin.verdicts import Accounts, external_id, recount_spent
 from witcert_adapters.vllm_plugin.witnesses import Positions, SlotWitnesses, raise_for
 from witcert_calculus.errors import EngineMismatchError, InvalidValueError, StaleReadError, \
     UnwrittenSlotError
@@ -664,6 +664,9 @@ def test_accounts_gate_accepts_a_complete_audited_request() -> None:
                  read=[0, 1], evidence=_evidence())
     v = bad.finish("r")
     assert v is not None and v.gate["failed_stage"] == "soundness"
+    # a request whose audit caught a cell above its bound keeps no tier: it fails closed
+    assert v.tier is None and v.failure is not None and v.failure.startswith("audit: 1 of 8")
+    assert v.violations == 1 and recount_spent(v.to_json()) == Fraction(v.spent) == 0
 
 
 def test_external_ids() -> None:

@@ -6,8 +6,8 @@ account, opened when the request first appears and keyed by the ledger's own mon
 step adds the request's tallies (cells, covered cells, the worst cell, audited
 violations) and one typed :class:`~witcert_calculus.contracts.Reading` of the request's
 worst cell, admitted into its account (Tier A: deterministic, ``delta = 0``). A request
-whose memory could not be witnessed (a stale or unwritten slot) fails closed: it keeps no
-tier and reports why.
+whose memory could not be witnessed (a stale or unwritten slot), or whose audit found a cell
+above its bound, fails closed: it keeps no tier and reports why.
 
 When the request finishes, its :class:`RequestVerdict` is assembled: tier and spent budget
 from the ledger, coverage at ``tau``, the worst cell, and the acceptance gate run on the
@@ -429,6 +429,11 @@ class Accounts:
         self._free.append(t.seat)
         verdict = self.ledger.close_request(t.account)
         gate = _gate(t)
+        if t.violations and t.failure is None:
+            # the audit caught a bound below the true TV (the gate's soundness stage says
+            # which): no tier is kept for the request
+            t.failure = (f"audit: {t.violations} of {t.audited} audited cells above their "
+                         f"bound (true TV up to {t.true_max:.4g})")
         repair = None
         if self.repair:
             entries = t.length * self.layers * self.kv_heads
