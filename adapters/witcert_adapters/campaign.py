@@ -18,7 +18,7 @@ comparisons of arms that differ in two knobs are refused as confounded, and the 
 failures occur in is read from the engine's own preemption counter. The fault-free regime is
 shown exact: no violation, no request failed closed, and the same token ids as the engine
 without the fault. ``python -m witcert_adapters.campaign run --out DIR`` serves it (18 engine
-starts, about 12 minutes here); ``python -m witcert_adapters.campaign log DIR`` prints the
+starts, about 14 minutes here); ``python -m witcert_adapters.campaign log DIR`` prints the
 adjudication; ``docs/campaign/`` holds the artifacts and ``docs/campaign.txt`` the log.
 
 Main declarations:
