@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -120,17 +121,15 @@ def run_arm(arm: Arm, round_: int, *, model: Path, out_dir: Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        poisoned = work / "freed-by-preemption.txt"
         extra: dict[str, str] = {}
         if arm.settings["fault"] == "planted":
-            import os
-
-            extra = {_FAULT_ENV: str(work / "freed-by-preemption.txt"),
+            extra = {_FAULT_ENV: str(poisoned),
                      "PYTHONPATH": os.pathsep.join(
                          [str(FAULT_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])}
         config = PluginConfig(store=work / "verdicts.sqlite", tau=0.1, audit=True)
         record = serve_spec(spec, model=model, workdir=work, config=config, extra_env=extra,
                             timeout=timeout)
-        poisoned = work / "freed-by-preemption.txt"
         blocks = sorted({int(x) for x in poisoned.read_text().split()}) \
             if poisoned.exists() else []
     artifact = {"schema": _SCHEMA, "campaign": _CAMPAIGN, "arm": arm.name,
@@ -316,7 +315,7 @@ def adjudicate(directory: Path, *, replications: int = _ROUNDS) -> str:
                      f"{v.tier.name}")
         if v.attributed:
             attributed.append(f"{knob} {before} -> {after} ({first} -> {second}: "
-                              f"violations {'rise' if v.effects[0] > 0 else 'fall'})")
+                              f"violations {'rise' if sum(v.effects) > 0 else 'fall'})")
     lines += ["", "## Confounded comparisons (refused)", ""]
     for first, second, temptation in CONFOUNDED:
         a, b = ARMS[first], ARMS[second]

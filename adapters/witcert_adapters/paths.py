@@ -400,8 +400,10 @@ def served_verdicts(run: Mapping[str, Any], n: int
     """A served run's verdicts split in two: those of the requests it served (every sample of
     each, and an aborted instance), and the others."""
     served = set(run["outputs"])
-    mine = [v for v in run["verdicts"] if _external(v["request"], n) in served]
-    others = [v for v in run["verdicts"] if _external(v["request"], n) not in served]
+    mine: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+    for v in run["verdicts"]:
+        (mine if _external(v["request"], n) in served else others).append(v)
     return mine, others
 
 

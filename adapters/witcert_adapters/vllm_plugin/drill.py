@@ -46,7 +46,7 @@ from typing import Any, Final, final
 
 from witcert_adapters.vllm_plugin.config import PluginConfig
 from witcert_adapters.vllm_plugin.launch import Server
-from witcert_adapters.vllm_plugin.verdicts import recount_spent
+from witcert_adapters.vllm_plugin.verdicts import CUT_PREFIX, recount_spent
 
 __all__ = ["DrillReport", "drill", "main"]
 
@@ -210,7 +210,7 @@ def drill(*, model: Path, folder: Path, kv: str = "fp8") -> DrillReport:
         for i in range(_CUT):
             found = again.verdicts(f"cut-{i}", timeout=10.0)
             if len(found) == 1 and found[0]["tier"] is None and \
-                    str(found[0]["failure"]).startswith("cut:"):
+                    str(found[0]["failure"]).startswith(CUT_PREFIX):
                 report.cut_failed_closed += 1
             else:
                 report.problems.append(f"cut-{i}: {[(v['tier'], v['failure']) for v in found]}")

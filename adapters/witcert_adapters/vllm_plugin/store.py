@@ -9,10 +9,10 @@ the engine's death (``kill -9``).
 A request cut by the engine's death never gets a verdict from it. So the engine opens a
 *session* (:meth:`VerdictStore.open_session`): a row, and an exclusive ``flock`` on a lock
 file beside the store that the operating system releases when the process dies; each
-request is recorded when its account opens (:meth:`VerdictStore.opened`). An engine that
-opens a session on the store first cuts every dead session's requests without a verdict
-(:meth:`VerdictStore.recover`): each gets a verdict that failed closed, no tier, its whole
-budget counted as spent, and the reason. A live session (its lock held) is never touched.
+request is recorded when its account opens (:meth:`VerdictStore.opened`). An engine, as it
+starts, cuts every dead session's requests without a verdict (:meth:`VerdictStore.recover`):
+each gets a verdict that failed closed, no tier, its whole budget counted as spent, and the
+reason. A live session (its lock held) is never touched.
 
 Main declarations
 -----------------
@@ -129,16 +129,14 @@ class VerdictStore:
     def _lock_file(self, session: str) -> Path:
         return self.path.with_name(f"{self.path.name}.session-{session}.lock")
 
-    def open_session(self, session: str, settings: dict[str, str]) -> list[RequestVerdict]:
-        """Open this engine's session (its row and its lock, held until the process ends),
-        after cutting the requests of dead sessions (:meth:`recover`).
+    def open_session(self, session: str, settings: dict[str, str]) -> None:
+        """Open this engine's session (its row and its lock, held until the process ends).
+        The engine cuts the dead sessions' requests (:meth:`recover`) as it starts, before
+        it opens its own.
 
         Args:
             session: the engine's session id; ``settings``: what its verdicts report
                 (``kv_cache_dtype``, ``form``, ``witness``, ``tau``, ``delta_req``).
-
-        Returns:
-            The verdicts of the requests cut.
 
         Raises:
             InvalidValueError: a session id already in the store, a second session for this
@@ -163,7 +161,6 @@ class VerdictStore:
         with self._lock:
             self._conn.execute("INSERT INTO sessions VALUES (?, ?, ?, NULL, ?)",
                                (session, os.getpid(), time.time(), json.dumps(settings)))
-        return self.recover()
 
     def opened(self, session: str, account: int, request: str) -> None:
         """Record that a request's account opened (before it has any verdict)."""
@@ -278,16 +275,15 @@ class VerdictStore:
         return [Totals(str(r[0]), str(r[1]), *(int(x) for x in r[2:])) for r in rows]
 
 
-def track(store: VerdictStore, accounts: Accounts) -> list[RequestVerdict]:
+def track(store: VerdictStore, accounts: Accounts) -> None:
     """Open the session of an engine's accounts on the store and record each request as its
-    account opens; returns the verdicts of the dead sessions' requests it cut."""
-    cut = store.open_session(accounts.session, {
+    account opens."""
+    store.open_session(accounts.session, {
         "kv_cache_dtype": accounts.kv_cache_dtype, "form": accounts.form,
         "witness": accounts.witness, "tau": repr(float(accounts.tau)),
         "delta_req": str(accounts.delta_req)})
     session = accounts.session
     accounts.on_open = lambda t: store.opened(session, t.account, t.request)
-    return cut
 
 
 def on_each(store: VerdictStore) -> Callable[[RequestVerdict], None]:

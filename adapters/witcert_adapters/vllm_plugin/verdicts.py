@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import Any, final
+from typing import Any, Final, final
 
 import numpy as np
 import numpy.typing as npt
@@ -42,8 +42,8 @@ from witcert_calculus.ledger import RiskLedger
 from witcert_calculus.metrics import AtConsume, AttentionTV
 from witcert_calculus.tiers import Evidence
 
-__all__ = ["Accounts", "RepairVerdict", "RequestTally", "RequestVerdict", "WorstCell",
-           "cut_verdict", "recount_spent"]
+__all__ = ["CUT_PREFIX", "Accounts", "RepairVerdict", "RequestTally", "RequestVerdict",
+           "WorstCell", "cut_verdict", "recount_spent"]
 
 
 @final
@@ -165,12 +165,16 @@ def external_id(request: str) -> str:
     return head if sep and len(tail) == 8 else request
 
 
+#: How the failure of a request cut by its engine's death begins.
+CUT_PREFIX: Final = "cut:"
+
+
 def cut_verdict(request: str, account: int, session: str, settings: dict[str, str]
                 ) -> RequestVerdict:
     """The verdict of a request its engine died serving (``settings``: the session's
     ``kv_cache_dtype``, ``form``, ``witness``, ``tau``, ``delta_req``): failed closed, no
     tier, nothing metered counted, the whole budget spent."""
-    reason = (f"cut: engine session {session} ended (its process is gone) before the request "
+    reason = (f"{CUT_PREFIX} engine session {session} ended (its process is gone) before the request "
               "finished; no verdict was written for it")
     return RequestVerdict(
         request=request, external=external_id(request), account=account, session=session,
@@ -188,7 +192,7 @@ def recount_spent(verdict: dict[str, Any]) -> Fraction:
     (Tier A, ``delta = 0``), so the telescoping sum over its probabilistic readings is over
     none; a request cut by its engine's death counts its whole budget."""
     delta_req = Fraction(verdict["delta_req"])
-    if str(verdict["failure"] or "").startswith("cut:"):
+    if str(verdict["failure"] or "").startswith(CUT_PREFIX):
         return delta_req
     return telescoping_spent(0, delta_req)
 
