@@ -157,6 +157,33 @@ EVICTION_THEOREMS = {
     theorems.OUTPUT_EVICT_ERROR_LE:
         "≤ WitCert.Eviction.droppedMass p drop L * (M + N.norm (N.vsum (fun t => "
         "N.smul (WitCert.Eviction.restrict p drop L t) (v t)) L))",
+    theorems.TV_TRIANGLE:
+        "WitCert.Analytic.tv p r L ≤ WitCert.Analytic.tv p q L + WitCert.Analytic.tv q r L",
+    theorems.TV_COND_DROP_EQ_TV_FILTER:
+        "WitCert.Analytic.tv (fun t => bif drop t then 0 else f t) "
+        "(fun t => bif drop t then 0 else g t) L = "
+        "WitCert.Analytic.tv f g (List.filter (fun t => !drop t) L)",
+    theorems.EVICT_QUANT_TV_LE:
+        "WitCert.Analytic.tv (WitCert.Analytic.softmax E s L) (fun t => bif drop t then 0 else "
+        "WitCert.Analytic.softmax E s' (List.filter (fun t => !drop t) L) t) L ≤ "
+        "WitCert.Eviction.droppedMass (WitCert.Analytic.softmax E s L) drop L + "
+        "WitCert.Analytic.tv (WitCert.Analytic.softmax E s (List.filter (fun t => !drop t) L)) "
+        "(WitCert.Analytic.softmax E s' (List.filter (fun t => !drop t) L)) "
+        "(List.filter (fun t => !drop t) L)",
+    theorems.EVICT_QUANT_TV_LE_BLOCKS:
+        "(WitCert.Eviction.keptMass (fun t => E.exp (s t)) drop L + WitCert.Analytic.lsum "
+        "(fun b => WitCert.Eviction.blockCount drop blk L b * E.exp (u b)) B) + "
+        "WitCert.Analytic.tv (WitCert.Analytic.softmax E s (List.filter (fun t => !drop t) L)) ",
+    theorems.DIV_ADD_LE_DIV_ADD:
+        "0 < Z → Z ≤ Z' → 0 ≤ x → x ≤ x' → x / (Z' + x) ≤ x' / (Z + x')",
+    theorems.RESTORE_BOUND_LE:
+        "(∀ (t : β), t ∈ L → drop' t = true → drop t = true) → "
+        "WitCert.Analytic.lsum (fun b => WitCert.Eviction.blockCount drop' blk L b * "
+        "E.exp (u b)) B / "
+        "(WitCert.Eviction.keptMass (fun t => E.exp (s t)) drop' L + ",
+    theorems.RESTORE_BLOCK_BOUND_LE:
+        "WitCert.Eviction.keptMass (fun t => E.exp (s t)) "
+        "(fun t => drop t && !decide (blk t = b₀)) L + ",
 }
 
 # The eviction meters about the semantic contract `evictTV` (WitCert/SemanticEviction.lean).
@@ -166,6 +193,16 @@ SEMANTIC_EVICTION_THEOREMS = {
         "≤ WitCert.Eviction.droppedMass (fun t => E.exp (u t)) drop L / ",
     theorems.EVICT_TV_BLOCKS_METER_SOUND:
         "≤ WitCert.Analytic.lsum (fun b => WitCert.Eviction.blockCount drop blk L b * E.exp (u b)) B / ",
+    theorems.EVICT_QUANT_METER_SOUND:
+        "WitCert.Eviction.droppedMass (fun t => E.exp (z t)) drop L) + "
+        "WitCert.Analytic.tv (WitCert.Analytic.softmax E z (List.filter (fun t => !drop t) L)) "
+        "(WitCert.Analytic.softmax E z' (List.filter (fun t => !drop t) L)) "
+        "(List.filter (fun t => !drop t) L)",
+    theorems.EVICT_QUANT_BLOCKS_METER_SOUND:
+        "E.exp (u b)) B) + "
+        "WitCert.Analytic.tv (WitCert.Analytic.softmax E z (List.filter (fun t => !drop t) L)) ",
+    theorems.EVICT_TV_RESTORE_METER_LE:
+        "(∀ (t : β), t ∈ L → drop t = true → drop₀ t = true) → ",
 }
 
 

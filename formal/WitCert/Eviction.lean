@@ -35,6 +35,17 @@ attention over the kept keys is `p` restricted to `K` and renormalized,
   `s_t ≤ u_t`, give `p(D) ≤ U_D / (Z_K + U_D)` with `U_D = Σ_{t dropped} exp u_t`.
 * `WitCert.Eviction.witness_mass_le_blocks`: a block-constant witness `u_b` gives
   `U_D ≤ Σ_b n_b exp u_b`; `WitCert.Eviction.dropped_mass_le_blocks`: the two together.
+* `WitCert.Eviction.tv_triangle`: `TV(p, r) ≤ TV(p, q) + TV(q, r)`;
+  `WitCert.Eviction.tv_cond_drop_eq_tv_filter`: weights that vanish at the dropped tokens are
+  as far apart over `L` as over the kept tokens alone.
+* `WitCert.Eviction.evict_quant_tv_le`: eviction with compressed kept keys, served as the
+  softmax of perturbed logits `s'` over the kept tokens, is within
+  `p(D) + TV(softmax s (L kept), softmax s' (L kept))` of `softmax s`;
+  `WitCert.Eviction.evict_quant_tv_le_blocks`: the same with `p(D) ≤ U / (Z_K + U)`.
+* `WitCert.Eviction.div_add_le_div_add`: `x / (Z' + x) ≤ x' / (Z + x')` for `0 < Z ≤ Z'`,
+  `0 ≤ x ≤ x'`; `WitCert.Eviction.restore_bound_le`: dropping a subset of the tokens does not
+  raise the block bound `U / (Z_K + U)`; `WitCert.Eviction.restore_block_bound_le`: so
+  restoring one evicted block (the greedy step of a restoring gate) does not raise it.
 * `WitCert.Eviction.output_evict_error_le`: the attention outputs over the full and over the
   kept cache differ by at most `p(D) · (max_{t dropped} ‖v_t‖ + ‖o_K‖)`.
 
@@ -562,6 +573,225 @@ theorem tv_kept_le_one {β : Type} (E : ExpLaws α) (z z' : β → α) (drop : �
         cond (drop t) 0 (softmax E z' (L.filter (fun t => !drop t)) t))) L := rfl
   rw [e2]
   grind
+
+/-! ### Eviction with compressed kept keys -/
+
+set_option linter.unusedSectionVars false in
+private theorem absA_sub_le (a b c : α) : absA (a - c) ≤ absA (a - b) + absA (b - c) := by
+  unfold absA
+  split <;> split <;> split <;> grind
+
+set_option linter.unusedSectionVars false in
+/-- The triangle inequality of the total variation: `TV(p, r) ≤ TV(p, q) + TV(q, r)` for any
+weight vectors `p`, `q`, `r` over the tokens of `L` (no hypothesis of nonnegativity or of total
+mass is needed: it holds token by token for `|p_t − r_t|`). -/
+theorem tv_triangle {β : Type} (p q r : β → α) (L : List β) :
+    tv p r L ≤ tv p q L + tv q r L := by
+  have h : lsum (fun t => absA (p t - r t)) L ≤
+      lsum (fun t => absA (p t - q t) + absA (q t - r t)) L :=
+    lsum_le (fun t _ => absA_sub_le (p t) (q t) (r t))
+  rw [lsum_add] at h
+  show (1 / 2 : α) * lsum (fun t => absA (p t - r t)) L ≤
+    (1 / 2) * lsum (fun t => absA (p t - q t)) L + (1 / 2) * lsum (fun t => absA (q t - r t)) L
+  grind
+
+set_option linter.unusedSectionVars false in
+private theorem lsum_abs_cond_filter {β : Type} (f g : β → α) (drop : β → Bool) (L : List β) :
+    lsum (fun t => absA (cond (drop t) 0 (f t) - cond (drop t) 0 (g t))) L =
+      lsum (fun t => absA (f t - g t)) (L.filter (fun t => !drop t)) := by
+  induction L with
+  | nil => simp only [List.filter_nil, lsum]
+  | cons x xs ih =>
+    cases hd : drop x with
+    | false =>
+      rw [List.filter_cons_of_pos (by simp [hd])]
+      simp only [lsum, hd, cond_false]
+      rw [ih]
+    | true =>
+      rw [List.filter_cons_of_neg (by simp [hd])]
+      simp only [lsum, hd, cond_true]
+      rw [ih]
+      have h0 : absA ((0 : α) - 0) = 0 := by unfold absA; split <;> grind
+      rw [h0]
+      grind
+
+set_option linter.unusedSectionVars false in
+/-- Two weight vectors that vanish at the dropped tokens are as far apart over `L` as their
+values are over the kept tokens alone: `TV(f·[t kept], g·[t kept]) over L = TV(f, g) over
+L kept` (`L kept = L.filter (fun t => !drop t)`). -/
+theorem tv_cond_drop_eq_tv_filter {β : Type} (f g : β → α) (drop : β → Bool) (L : List β) :
+    tv (fun t => cond (drop t) 0 (f t)) (fun t => cond (drop t) 0 (g t)) L =
+      tv f g (L.filter (fun t => !drop t)) := by
+  unfold tv
+  rw [lsum_abs_cond_filter]
+
+set_option linter.unusedSectionVars false in
+/-- Eviction combined with compression of the kept keys: if some token of `L` is kept and the
+engine serves the softmax of perturbed logits `s'` (e.g. from quantized kept keys) over the kept
+tokens alone (`0` at the dropped ones), its distance to the exact attention `softmax s` over the
+whole list is at most the dropped mass plus the compression error over the kept keys,
+`TV(softmax s, softmax s' (L kept)) ≤ p(D) + TV(softmax s (L kept), softmax s' (L kept))`.
+The second term is the distance that a softmax bridge or meter bounds on the kept keys alone.
+From `tv_triangle`, `tv_softmax_kept_eq` and `tv_cond_drop_eq_tv_filter`. -/
+theorem evict_quant_tv_le {β : Type} (E : ExpLaws α) (s s' : β → α) (drop : β → Bool)
+    (L : List β) (hK : ∃ t ∈ L, drop t = false) :
+    tv (softmax E s L) (fun t => cond (drop t) 0 (softmax E s' (L.filter (fun t => !drop t)) t))
+        L ≤
+      droppedMass (softmax E s L) drop L +
+        tv (softmax E s (L.filter (fun t => !drop t)))
+          (softmax E s' (L.filter (fun t => !drop t))) (L.filter (fun t => !drop t)) := by
+  have h := tv_triangle (softmax E s L)
+    (fun t => cond (drop t) 0 (softmax E s (L.filter (fun t => !drop t)) t))
+    (fun t => cond (drop t) 0 (softmax E s' (L.filter (fun t => !drop t)) t)) L
+  rw [tv_softmax_kept_eq E s drop L hK, ← dropped_mass_softmax_eq E s drop L,
+    tv_cond_drop_eq_tv_filter (softmax E s (L.filter (fun t => !drop t)))
+      (softmax E s' (L.filter (fun t => !drop t))) drop L] at h
+  exact h
+
+set_option linter.unusedSectionVars false in
+/-- Eviction from block witnesses combined with compression of the kept keys: with some token
+kept, every dropped token in a listed evicted block (`blk t ∈ B`) and its exact logit at most
+its block's witness, `s_t ≤ u_{blk t}`, the served attention (the softmax of the perturbed
+logits `s'` over the kept tokens) is at total variation at most
+`U / (Z_K + U) + TV(softmax s (L kept), softmax s' (L kept))` from `softmax s`, with
+`U = Σ_{b ∈ B} n_b exp u_b`. From `evict_quant_tv_le` and `dropped_mass_le_blocks`. -/
+theorem evict_quant_tv_le_blocks {β γ : Type} [DecidableEq γ] (E : ExpLaws α) (s s' : β → α)
+    (u : γ → α) (blk : β → γ) (drop : β → Bool) (L : List β) (B : List γ)
+    (hK : ∃ t ∈ L, drop t = false) (hu : ∀ t ∈ L, drop t = true → s t ≤ u (blk t))
+    (hB : ∀ t ∈ L, drop t = true → blk t ∈ B) :
+    tv (softmax E s L) (fun t => cond (drop t) 0 (softmax E s' (L.filter (fun t => !drop t)) t))
+        L ≤
+      lsum (fun b => blockCount drop blk L b * E.exp (u b)) B /
+          (keptMass (fun t => E.exp (s t)) drop L +
+            lsum (fun b => blockCount drop blk L b * E.exp (u b)) B) +
+        tv (softmax E s (L.filter (fun t => !drop t)))
+          (softmax E s' (L.filter (fun t => !drop t))) (L.filter (fun t => !drop t)) := by
+  have h1 := evict_quant_tv_le E s s' drop L hK
+  have h2 := dropped_mass_le_blocks E s u blk drop L B hK hu hB
+  grind
+
+/-! ### Restoring evicted blocks -/
+
+set_option linter.unusedSectionVars false in
+/-- `x / (a + x)` is antitone in `a > 0` for `x ≥ 0`. -/
+private theorem frac_anti {a b x : α} (ha : 0 < a) (hab : a ≤ b) (hx : 0 ≤ x) :
+    x / (b + x) ≤ x / (a + x) := by
+  have hd1 : 0 < a + x := by grind
+  have hd2 : 0 < b + x := by grind
+  have hc := Lean.Grind.OrderedRing.mul_pos hd1 hd2
+  have hm := Lean.Grind.OrderedRing.mul_le_mul_of_nonneg_left hab hx
+  have e1 := mul_div_cancel_pos (z := x) hd1
+  have e2 := mul_div_cancel_pos (z := x) hd2
+  have f1 : (a + x) * (b + x) * (x / (b + x)) = x * (a + x) := by
+    rw [show (a + x) * (b + x) * (x / (b + x)) = (a + x) * ((b + x) * (x / (b + x))) by grind,
+      e2]
+    grind
+  have f2 : (a + x) * (b + x) * (x / (a + x)) = x * (b + x) := by
+    rw [show (a + x) * (b + x) * (x / (a + x)) = (b + x) * ((a + x) * (x / (a + x))) by grind,
+      e1]
+    grind
+  apply le_of_mul_le_mul_left_pos hc
+  rw [f1, f2]
+  grind
+
+set_option linter.unusedSectionVars false in
+/-- The algebraic core of the restore step: the eviction bound `x / (Z + x)` grows with the
+witness mass `x ≥ 0` and shrinks as the kept mass `Z > 0` grows, so for `0 < Z ≤ Z'` and
+`0 ≤ x ≤ x'`, `x / (Z' + x) ≤ x' / (Z + x')`. -/
+theorem div_add_le_div_add {Z Z' x x' : α} (hZ : 0 < Z) (hZZ : Z ≤ Z') (hx : 0 ≤ x)
+    (hxx : x ≤ x') : x / (Z' + x) ≤ x' / (Z + x') :=
+  Std.le_trans (frac_anti hZ hZZ hx) (frac_mono hZ hx hxx)
+
+set_option linter.unusedSectionVars false in
+private theorem cond_and_le_of_imp {c c' d : Bool} (h : c' = true → c = true) :
+    cond (c' && d) (1 : α) 0 ≤ cond (c && d) 1 0 := by
+  cases c' with
+  | true => rw [h rfl]; exact Std.le_refl _
+  | false =>
+    cases c <;> cases d <;>
+      simp only [Bool.false_and, Bool.true_and, cond_false, cond_true] <;> grind
+
+set_option linter.unusedSectionVars false in
+private theorem cond_zero_le_of_imp {c c' : Bool} {x : α} (hx : 0 ≤ x)
+    (h : c' = true → c = true) : cond c 0 x ≤ cond c' 0 x := by
+  cases c' with
+  | true =>
+    rw [h rfl]
+    exact Std.le_refl _
+  | false =>
+    cases c with
+    | true => simp only [cond_true, cond_false]; exact hx
+    | false => exact Std.le_refl _
+
+set_option linter.unusedSectionVars false in
+/-- Dropping fewer tokens (`drop' t → drop t`) counts fewer dropped tokens in each block. -/
+private theorem block_count_le_of_imp {β γ : Type} [DecidableEq γ] (drop drop' : β → Bool)
+    (blk : β → γ) (L : List β) (b : γ) (h : ∀ t ∈ L, drop' t = true → drop t = true) :
+    blockCount (α := α) drop' blk L b ≤ blockCount drop blk L b := by
+  unfold blockCount
+  exact lsum_le (fun t ht => cond_and_le_of_imp (h t ht))
+
+set_option linter.unusedSectionVars false in
+/-- Dropping fewer tokens (`drop' t → drop t`) keeps at least as much nonnegative mass. -/
+private theorem kept_mass_le_of_imp {β : Type} (p : β → α) (drop drop' : β → Bool)
+    (L : List β) (hp : ∀ t ∈ L, 0 ≤ p t) (h : ∀ t ∈ L, drop' t = true → drop t = true) :
+    keptMass p drop L ≤ keptMass p drop' L := by
+  unfold keptMass
+  exact lsum_le (fun t ht => cond_zero_le_of_imp (hp t ht) (h t ht))
+
+set_option linter.unusedSectionVars false in
+private theorem block_count_nonneg {β γ : Type} [DecidableEq γ] (drop : β → Bool)
+    (blk : β → γ) (L : List β) (b : γ) : (0 : α) ≤ blockCount drop blk L b := by
+  unfold blockCount
+  refine lsum_nonneg (fun t _ => ?_)
+  cases drop t && decide (blk t = b) with
+  | true => simp only [cond_true]; grind
+  | false => simp only [cond_false]; grind
+
+set_option linter.unusedSectionVars false in
+/-- Restoring evicted tokens never raises the block-witness bound: if some token of `L` is kept
+and the restored cache drops a subset of the tokens (`drop' t → drop t`), the bound
+`U / (Z_K + U)` of `dropped_mass_le_blocks` (`U = Σ_{b ∈ B} n_b exp u_b`) computed for `drop'`
+is at most the one computed for `drop`: `U` does not grow (fewer dropped tokens per block) and
+`Z_K = Σ_{t kept} exp s_t` does not shrink. The witnesses and the block list that certified
+`drop` still certify `drop'`. From `div_add_le_div_add`. -/
+theorem restore_bound_le {β γ : Type} [DecidableEq γ] (E : ExpLaws α) (s : β → α)
+    (u : γ → α) (blk : β → γ) (drop drop' : β → Bool) (L : List β) (B : List γ)
+    (hK : ∃ t ∈ L, drop t = false) (h : ∀ t ∈ L, drop' t = true → drop t = true) :
+    lsum (fun b => blockCount drop' blk L b * E.exp (u b)) B /
+        (keptMass (fun t => E.exp (s t)) drop' L +
+          lsum (fun b => blockCount drop' blk L b * E.exp (u b)) B) ≤
+      lsum (fun b => blockCount drop blk L b * E.exp (u b)) B /
+        (keptMass (fun t => E.exp (s t)) drop L +
+          lsum (fun b => blockCount drop blk L b * E.exp (u b)) B) := by
+  apply div_add_le_div_add (kept_exp_pos E s drop L hK)
+  · exact kept_mass_le_of_imp (fun t => E.exp (s t)) drop drop' L
+      (fun t _ => Std.le_of_lt (E.exp_pos (s t))) h
+  · exact lsum_nonneg (fun b _ => Lean.Grind.OrderedRing.mul_nonneg
+      (block_count_nonneg drop' blk L b) (Std.le_of_lt (E.exp_pos (u b))))
+  · exact lsum_le (fun b _ => Lean.Grind.OrderedRing.mul_le_mul_of_nonneg_right
+      (block_count_le_of_imp drop drop' blk L b h) (Std.le_of_lt (E.exp_pos (u b))))
+
+set_option linter.unusedSectionVars false in
+/-- The greedy restore step of an eviction gate does not raise the block-witness bound: with
+some token of `L` kept, restoring the evicted block `b₀` (its tokens are kept again,
+`drop' t = drop t && !(blk t = b₀)`) gives a bound `U' / (Z_K' + U')` at most the bound
+`U / (Z_K + U)` before the step (`U = Σ_{b ∈ B} n_b exp u_b`, `Z_K = Σ_{t kept} exp s_t`).
+No hypothesis on the witnesses is needed; by `dropped_mass_le_blocks` both bounds are sound
+under the witnesses of `drop`. From `restore_bound_le`. -/
+theorem restore_block_bound_le {β γ : Type} [DecidableEq γ] (E : ExpLaws α) (s : β → α)
+    (u : γ → α) (blk : β → γ) (drop : β → Bool) (L : List β) (B : List γ) (b₀ : γ)
+    (hK : ∃ t ∈ L, drop t = false) :
+    lsum (fun b => blockCount (fun t => drop t && !decide (blk t = b₀)) blk L b *
+          E.exp (u b)) B /
+        (keptMass (fun t => E.exp (s t)) (fun t => drop t && !decide (blk t = b₀)) L +
+          lsum (fun b => blockCount (fun t => drop t && !decide (blk t = b₀)) blk L b *
+            E.exp (u b)) B) ≤
+      lsum (fun b => blockCount drop blk L b * E.exp (u b)) B /
+        (keptMass (fun t => E.exp (s t)) drop L +
+          lsum (fun b => blockCount drop blk L b * E.exp (u b)) B) :=
+  restore_bound_le E s u blk drop (fun t => drop t && !decide (blk t = b₀)) L B hK
+    (fun t _ h => by simp only [Bool.and_eq_true] at h; exact h.1)
 
 /-! ### The output error of eviction -/
 

@@ -30,13 +30,21 @@ the statements name the contract's exact and approximate maps and write the evic
   `TV ≤ U_D / (Z_K + U_D)`.
 * `WitCert.Semantic.evict_tv_blocks_meter_sound`: with block witnesses `z_t ≤ u_{blk t}`,
   `TV ≤ U / (Z_K + U)`, `U = Σ_{b ∈ B} n_b exp u_b`.
+* `WitCert.Semantic.evict_quant_meter_sound`: at exact logits `z` and logits `z'` computed from
+  compressed kept keys, `TV ≤ Z_D / (Z_K + Z_D) + TV(softmax z (L kept), softmax z' (L kept))`;
+  `WitCert.Semantic.evict_quant_blocks_meter_sound`: the same with `U / (Z_K + U)` for the
+  first term.
+* `WitCert.Semantic.evict_tv_restore_meter_le`: a cache that drops a subset of the tokens of a
+  certified eviction (after a gate restored blocks) stays within that eviction's block bound.
 
 ## Implementation notes
 
 `evictTV` is deterministic (its failure event is never hit), so the meter statements hold at
-every sample point `ω`. They are stated at exact logits (the kept keys' logits are those of the
-full cache); a cache that also compresses the kept keys composes this bound with a softmax
-bridge's by the triangle inequality of the total variation, which is not stated here.
+every sample point `ω`. The approximate map of `evictTV` takes its own logits `z'`: the meters
+`evict_tv_*` state it at exact logits (`z' = z`, the kept keys' logits are those of the full
+cache), the meters `evict_quant_*` at logits `z'` computed from compressed kept keys, where the
+eviction bound and the compression error over the kept keys add by the triangle inequality of
+the total variation (`WitCert.Eviction.tv_triangle`).
 -/
 
 @[expose] public section
@@ -125,6 +133,76 @@ theorem evict_tv_blocks_meter_sound {Ω : Type} {β γ : Type} [DecidableEq γ]
       (Eviction.dropped_mass_softmax_eq E z drop L).symm
   rw [e]
   exact Eviction.dropped_mass_le_blocks E z u blk drop L B hK hu hB
+
+set_option linter.unusedSectionVars false in
+/-- The eviction meter with compressed kept keys as a statement about `evictTV`: at every sample
+point, if some token of `L` is kept, the output error of the contract between the exact logits
+`z` and the logits `z'` the engine computes from its compressed kept keys is at most the dropped
+mass plus the compression error over the kept keys alone,
+`TV ≤ Z_D / (Z_K + Z_D) + TV(softmax z (L kept), softmax z' (L kept))`, with
+`Z_K = Σ_{t kept} exp z_t` and `Z_D = Σ_{t dropped} exp z_t`. From
+`WitCert.Eviction.evict_quant_tv_le` and `WitCert.Eviction.dropped_mass_softmax_eq`. -/
+theorem evict_quant_meter_sound {Ω : Type} {β : Type} (E : Analytic.ExpLaws α) (L : List β)
+    (hL : L ≠ []) (drop : β → Bool) (S : Sample Ω) (s : Site) (ω : Ω) (z z' : β → α)
+    (hK : ∃ t ∈ L, drop t = false) :
+    Analytic.tv ((evictTV E L hL drop S s).exact z) ((evictTV E L hL drop S s).approx ω z') L ≤
+      Eviction.droppedMass (fun t => E.exp (z t)) drop L /
+          (Eviction.keptMass (fun t => E.exp (z t)) drop L +
+            Eviction.droppedMass (fun t => E.exp (z t)) drop L) +
+        Analytic.tv (Analytic.softmax E z (L.filter (fun t => !drop t)))
+          (Analytic.softmax E z' (L.filter (fun t => !drop t))) (L.filter (fun t => !drop t)) := by
+  rw [← Eviction.dropped_mass_softmax_eq E z drop L]
+  exact Eviction.evict_quant_tv_le E z z' drop L hK
+
+set_option linter.unusedSectionVars false in
+/-- The eviction meter from block witnesses with compressed kept keys as a statement about
+`evictTV`: at every sample point, if some token of `L` is kept and every dropped token lies in a
+listed evicted block `blk t ∈ B` whose witness bounds its exact logit, `z_t ≤ u_{blk t}`, the
+output error of the contract between the exact logits `z` and the computed logits `z'` is at
+most `U / (Z_K + U) + TV(softmax z (L kept), softmax z' (L kept))`, with
+`U = Σ_{b ∈ B} n_b exp u_b`. From `WitCert.Eviction.evict_quant_tv_le_blocks`. -/
+theorem evict_quant_blocks_meter_sound {Ω : Type} {β γ : Type} [DecidableEq γ]
+    (E : Analytic.ExpLaws α) (L : List β) (hL : L ≠ []) (drop : β → Bool) (S : Sample Ω)
+    (s : Site) (ω : Ω) (z z' : β → α) (u : γ → α) (blk : β → γ) (B : List γ)
+    (hK : ∃ t ∈ L, drop t = false) (hu : ∀ t ∈ L, drop t = true → z t ≤ u (blk t))
+    (hB : ∀ t ∈ L, drop t = true → blk t ∈ B) :
+    Analytic.tv ((evictTV E L hL drop S s).exact z) ((evictTV E L hL drop S s).approx ω z') L ≤
+      Analytic.lsum (fun b => Eviction.blockCount drop blk L b * E.exp (u b)) B /
+          (Eviction.keptMass (fun t => E.exp (z t)) drop L +
+            Analytic.lsum (fun b => Eviction.blockCount drop blk L b * E.exp (u b)) B) +
+        Analytic.tv (Analytic.softmax E z (L.filter (fun t => !drop t)))
+          (Analytic.softmax E z' (L.filter (fun t => !drop t))) (L.filter (fun t => !drop t)) :=
+  Eviction.evict_quant_tv_le_blocks E z z' u blk drop L B hK hu hB
+
+set_option linter.unusedSectionVars false in
+/-- Restoring evicted tokens keeps the certified block bound: at every sample point, if an
+eviction `drop₀` keeps some token of `L`, its dropped tokens lie in listed blocks `blk t ∈ B`
+whose witnesses bound their logits, `z_t ≤ u_{blk t}`, and the cache now drops only a subset of
+them (`drop t → drop₀ t`, e.g. after a gate restored some blocks), the output error of
+`evictTV` for `drop` at the logits `z` is at most the bound `U₀ / (Z_K₀ + U₀)` certified for
+`drop₀`. From `evict_tv_blocks_meter_sound` and `WitCert.Eviction.restore_bound_le`. -/
+theorem evict_tv_restore_meter_le {Ω : Type} {β γ : Type} [DecidableEq γ]
+    (E : Analytic.ExpLaws α) (L : List β) (hL : L ≠ []) (drop drop₀ : β → Bool)
+    (S : Sample Ω) (s : Site) (ω : Ω) (z : β → α) (u : γ → α) (blk : β → γ) (B : List γ)
+    (hK : ∃ t ∈ L, drop₀ t = false) (hsub : ∀ t ∈ L, drop t = true → drop₀ t = true)
+    (hu : ∀ t ∈ L, drop₀ t = true → z t ≤ u (blk t))
+    (hB : ∀ t ∈ L, drop₀ t = true → blk t ∈ B) :
+    Analytic.tv ((evictTV E L hL drop S s).exact z) ((evictTV E L hL drop S s).approx ω z) L ≤
+      Analytic.lsum (fun b => Eviction.blockCount drop₀ blk L b * E.exp (u b)) B /
+        (Eviction.keptMass (fun t => E.exp (z t)) drop₀ L +
+          Analytic.lsum (fun b => Eviction.blockCount drop₀ blk L b * E.exp (u b)) B) := by
+  have hK' : ∃ t ∈ L, drop t = false := by
+    obtain ⟨t, ht, hf⟩ := hK
+    refine ⟨t, ht, ?_⟩
+    cases hd : drop t with
+    | false => rfl
+    | true =>
+      have := hsub t ht hd
+      rw [hf] at this
+      cases this
+  have h1 := evict_tv_blocks_meter_sound E L hL drop S s ω z u blk B hK'
+    (fun t ht hd => hu t ht (hsub t ht hd)) (fun t ht hd => hB t ht (hsub t ht hd))
+  exact Std.le_trans h1 (Eviction.restore_bound_le E z u blk drop₀ drop L B hK hsub)
 
 end WitCert.Semantic
 

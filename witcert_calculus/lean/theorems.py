@@ -46,14 +46,20 @@ __all__ = [
     "DECOMPRESSION_CONTRACT_SOUND",
     "DITHER_TIER_B_PROB_BAD",
     "DITHER_TIER_B_TOKEN_SOUND",
+    "DIV_ADD_LE_DIV_ADD",
     "DROPPED_MASS_LE_BLOCKS",
     "DROPPED_MASS_LE_WITNESS",
     "DROPPED_MASS_SOFTMAX_EQ",
     "ENTRY_FALLBACK_CONTRACT_SOUND",
     "ENTRY_FALLBACK_MAX_SOUND",
+    "EVICT_QUANT_BLOCKS_METER_SOUND",
+    "EVICT_QUANT_METER_SOUND",
+    "EVICT_QUANT_TV_LE",
+    "EVICT_QUANT_TV_LE_BLOCKS",
     "EVICT_TV_BLOCKS_METER_SOUND",
     "EVICT_TV_METER_EQ",
     "EVICT_TV_METER_SOUND",
+    "EVICT_TV_RESTORE_METER_LE",
     "FORMAT_RESIDUAL_LE",
     "GRID_MGF_LE",
     "ID_SOUND",
@@ -72,6 +78,8 @@ __all__ = [
     "RATE_UPPER_BOUND_SOUND",
     "RECURRENCE_CONTRACT_SOUND",
     "RECURRENCE_PROB_BAD_LT_BUDGET",
+    "RESTORE_BLOCK_BOUND_LE",
+    "RESTORE_BOUND_LE",
     "RESTRICT_SOFTMAX_EQ",
     "SAMPLING_MISS_PROBABILITY",
     "SCORE_BRIDGE_CONTRACT_SOUND",
@@ -84,12 +92,14 @@ __all__ = [
     "TELESCOPE_PARTIAL_LT",
     "TELESCOPE_SUM_EQ",
     "TRUNC_RESIDUAL_LE",
+    "TV_COND_DROP_EQ_TV_FILTER",
     "TV_EFORM_METER_SOUND",
     "TV_KEPT_LE_ONE",
     "TV_RESTRICT_EQ_DROPPED_MASS",
     "TV_RETENTION_METER_SOUND",
     "TV_SINGLE_TOKEN_METER",
     "TV_SOFTMAX_KEPT_EQ",
+    "TV_TRIANGLE",
     "TV_TWO_SIDED_METER_SOUND",
     "TWO_LAYER_BUDGET",
     "TheoremRecord",
@@ -124,16 +134,24 @@ ADD_SOUND: Final = "WitCert.Contract.add_sound"
 GRID_MGF_LE: Final = "WitCert.Dither.grid_mgf_le"
 
 # ----------------------------------------------------------------------------- Eviction
-# Token eviction: the TV cost of dropping tokens is their mass, its witness bounds, the output.
+# Token eviction: the TV cost of dropping tokens is their mass, its witness bounds, the output;
+# eviction with compressed kept keys (triangle inequality); restoring blocks keeps the bound.
 
+DIV_ADD_LE_DIV_ADD: Final = "WitCert.Eviction.div_add_le_div_add"
 DROPPED_MASS_LE_BLOCKS: Final = "WitCert.Eviction.dropped_mass_le_blocks"
 DROPPED_MASS_LE_WITNESS: Final = "WitCert.Eviction.dropped_mass_le_witness"
 DROPPED_MASS_SOFTMAX_EQ: Final = "WitCert.Eviction.dropped_mass_softmax_eq"
+EVICT_QUANT_TV_LE: Final = "WitCert.Eviction.evict_quant_tv_le"
+EVICT_QUANT_TV_LE_BLOCKS: Final = "WitCert.Eviction.evict_quant_tv_le_blocks"
 OUTPUT_EVICT_ERROR_LE: Final = "WitCert.Eviction.output_evict_error_le"
+RESTORE_BLOCK_BOUND_LE: Final = "WitCert.Eviction.restore_block_bound_le"
+RESTORE_BOUND_LE: Final = "WitCert.Eviction.restore_bound_le"
 RESTRICT_SOFTMAX_EQ: Final = "WitCert.Eviction.restrict_softmax_eq"
+TV_COND_DROP_EQ_TV_FILTER: Final = "WitCert.Eviction.tv_cond_drop_eq_tv_filter"
 TV_KEPT_LE_ONE: Final = "WitCert.Eviction.tv_kept_le_one"
 TV_RESTRICT_EQ_DROPPED_MASS: Final = "WitCert.Eviction.tv_restrict_eq_dropped_mass"
 TV_SOFTMAX_KEPT_EQ: Final = "WitCert.Eviction.tv_softmax_kept_eq"
+TV_TRIANGLE: Final = "WitCert.Eviction.tv_triangle"
 WITNESS_MASS_LE_BLOCKS: Final = "WitCert.Eviction.witness_mass_le_blocks"
 
 # ----------------------------------------------------------------------------- Formats
@@ -171,9 +189,12 @@ DECOMPRESSION_CONTRACT_SOUND: Final = "WitCert.Semantic.decompression_contract_s
 DITHER_TIER_B_PROB_BAD: Final = "WitCert.Semantic.dither_tier_b_prob_bad"
 DITHER_TIER_B_TOKEN_SOUND: Final = "WitCert.Semantic.dither_tier_b_token_sound"
 ENTRY_FALLBACK_CONTRACT_SOUND: Final = "WitCert.Semantic.entry_fallback_contract_sound"
+EVICT_QUANT_BLOCKS_METER_SOUND: Final = "WitCert.Semantic.evict_quant_blocks_meter_sound"
+EVICT_QUANT_METER_SOUND: Final = "WitCert.Semantic.evict_quant_meter_sound"
 EVICT_TV_BLOCKS_METER_SOUND: Final = "WitCert.Semantic.evict_tv_blocks_meter_sound"
 EVICT_TV_METER_EQ: Final = "WitCert.Semantic.evict_tv_meter_eq"
 EVICT_TV_METER_SOUND: Final = "WitCert.Semantic.evict_tv_meter_sound"
+EVICT_TV_RESTORE_METER_LE: Final = "WitCert.Semantic.evict_tv_restore_meter_le"
 ID_SOUND: Final = "WitCert.Semantic.Contract.id_sound"
 LOGIT_BOUND_METER_SOUND: Final = "WitCert.Semantic.logit_bound_norms_meter_sound"
 OUTPUT_ERROR_CONTRACT_AT: Final = "WitCert.Semantic.output_error_contract_at"
