@@ -31,6 +31,7 @@ import mpmath
 import numpy as np
 
 from witcert_calculus.meters import dither as _dither
+from witcert_calculus.meters import eviction as _eviction
 from witcert_calculus.meters import formats as _formats
 from witcert_calculus.meters import output_bound as _output_bound
 from witcert_calculus.meters import tv_forms as _tv_forms
@@ -61,6 +62,14 @@ MARGIN_CHECKS: tuple[tuple[str, str, str], ...] = (
      "exact `scale Σ_c abs(q_c) s_{t,c} 2^-25` from `DitheredKeys.channel_scales`"),
     ("`rounding.radius_margin()`", "`dither.subgaussian_radius`",
      "50-digit `sqrt(2 v log(2 S / delta))`"),
+    ("`rounding.norm_margin(size)`", "`eviction._norm_up` (a query's norm, a key's distance "
+     "to its stored center)", "50-digit `sqrt(Σ_c x_c²)`"),
+    ("`rounding.dot_margin(d + 3)`", "`eviction._dropped_logit_up`",
+     "exact `scale (q.c + min(‖q‖₁ h, ‖q‖₂ r))` from the float inputs: the float bound is not "
+     "below it"),
+    ("`rounding.eviction_margin(S, B)`", "`eviction.dropped_mass_batch` (its log-sum-exps and "
+     "`_mass_raw`)", "50-digit `U / (Z_K + U)`, `U = Σ_b n_b e^{u_b}`, `Z_K = Σ_t e^{s_t}` at the "
+     "same float `u`, `s`; error at most `gamma (1 + abs(log U) + abs(log Z_K)) abs(v) + alpha`"),
 )
 """Each margin checked: its name, the Python code it covers, the exact evaluation it is
 compared with. The torch ports' ``dot_margin`` and ``cast_margin`` are not evaluated here (they
@@ -255,6 +264,51 @@ def _dither_margin_checks(rng: np.random.Generator) -> int:
     return count
 
 
+def _eviction_margin_checks(rng: np.random.Generator) -> int:
+    count = 0
+    ev: Any = _eviction  # the module's private cores, run as the meter runs them
+    for d, kept, dropped, spread, lift in ((64, 4096, 512, 1.0, 0.0), (64, 16, 2048, 3.0, 2.0),
+                                          (128, 300, 40, 1e-3, 0.0), (16, 2, 3, 30.0, -5.0)):
+        keys = rng.standard_normal((dropped, d)) * spread
+        q = rng.standard_normal((3, d)) + lift
+        s = rng.standard_normal((3, kept)) * spread * 4
+        block = rng.integers(0, max(1, dropped // 4), dropped)
+        w = _eviction.evict_witness(keys, np.ones((dropped, 1)), block,
+                                    blocks=int(block.max()) + 1)
+        with _raw(_eviction) as calls:
+            _eviction.dropped_mass_batch(q, s, w, scale=1 / math.sqrt(d))
+        norm_call, final = calls[0], calls[-1]
+        count += _entries(f"norm_margin({d})", f"eviction._norm_up, d = {d}", norm_call,
+                          [mpmath.sqrt(mpmath.fsum(_exact(x) ** 2 for x in row))
+                           for row in q.tolist()])
+        u = ev._dropped_logit_up(q, w, 1 / math.sqrt(d))
+        sc = _exact(1 / math.sqrt(d))
+        qn = [mpmath.sqrt(mpmath.fsum(_exact(x) ** 2 for x in row)) for row in q.tolist()]
+        for i, row in enumerate(q.tolist()):
+            q1 = mpmath.fsum(abs(_exact(x)) for x in row)
+            for b in range(w.count.shape[-1]):
+                if w.count[b] == 0:
+                    continue
+                want = sc * (mpmath.fsum(_exact(x) * _exact(c) for x, c in
+                                         zip(row, w.center[b].tolist()))
+                             + min(q1 * _exact(float(w.linf[b])),
+                                   qn[i] * _exact(float(w.radius[b]))))
+                if mpmath.mpf(float(u[i, b])) < want:
+                    raise SystemExit(f"dot_margin for eviction._dropped_logit_up, d = {d}, row "
+                                     f"{i}, block {b}: the float bound {float(u[i, b])!r} is "
+                                     f"below the exact {mpmath.nstr(want, 17)}")
+                count += 1
+        wants = []
+        for i in range(3):
+            big_u = mpmath.fsum(_exact(float(w.count[b])) * mpmath.exp(_exact(float(u[i, b])))
+                                for b in range(w.count.shape[-1]) if w.count[b] > 0)
+            z = mpmath.fsum(mpmath.exp(_exact(x)) for x in s[i].tolist())
+            wants.append(big_u / (z + big_u))
+        count += _entries(f"eviction_margin({kept}, {w.count.shape[-1]})",
+                          f"eviction.dropped_mass_batch, d = {d}", final, wants)
+    return count
+
+
 def margin_checks() -> int:
     """Run every check of :data:`MARGIN_CHECKS`; the number of points checked.
 
@@ -265,7 +319,8 @@ def margin_checks() -> int:
     with mpmath.workdps(50):
         rng = np.random.default_rng(SEED + 2)
         return (_tv_margin_checks() + _tanh_margin_checks() + _witness_margin_checks(rng)
-                + _sum_margin_checks(rng) + _dither_margin_checks(rng))
+                + _sum_margin_checks(rng) + _dither_margin_checks(rng)
+                + _eviction_margin_checks(rng))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,10 @@ and so is the path-contract matrix, judged from the artifacts stored in docs/pat
     .venv/bin/python -m witcert_adapters.cli paths matrix docs/paths > out/paths.txt
     .venv/bin/python scripts/render_readme.py --paths out/paths.txt
 
+and the eviction demo's report (``python -m witcert_adapters.demo --eviction --out out/eviction``):
+
+    .venv/bin/python scripts/render_readme.py --eviction out/eviction/eviction.txt
+
 and the live plugin's cost table:
 
     .venv/bin/python benchmarks/bench_vllm_live.py --host both > out/vllm_cost.txt
@@ -47,7 +51,8 @@ WHOLE = {"--vllm": ("vllm_demo_report", "vllm-demo"),
          "--fp8-coverage": ("vllm_fp8_coverage", "vllm-fp8-coverage"),
          "--fp8-repair": ("vllm_fp8_repair", "vllm-fp8-repair"),
          "--vllm-cost": ("vllm_cost", "vllm-cost"),
-         "--paths": ("vllm_paths", "vllm-paths")}
+         "--paths": ("vllm_paths", "vllm-paths"),
+         "--eviction": ("eviction_report", "eviction")}
 NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 

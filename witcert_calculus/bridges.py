@@ -39,6 +39,7 @@ from witcert_calculus.contracts import (
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import (
     AttentionTV,
+    DroppedMass,
     KeyResidualAbs,
     LatentResidual,
     LogitLinf,
@@ -53,6 +54,7 @@ from witcert_calculus.metrics import (
 )
 from witcert_calculus.lean.theorems import (
     DECOMPRESSION_CONTRACT_SOUND,
+    EVICT_TV_METER_EQ,
     POOLING_L2_CONTRACT_SOUND,
     POOLING_MAX_CONTRACT_SOUND,
     RANK_PREFIX_SELECTION_CONTRACT_SOUND,
@@ -81,6 +83,7 @@ __all__ = [
     "Recurrence",
     "StableRows",
     "decompression_bridge",
+    "dropped_mass_tv",
     "empirical_ratio_bridge",
     "latent_witness_contract",
     "pooling",
@@ -159,6 +162,9 @@ _WITNESS = ("≤ 1 * N.norm (N.sub k k') + w",)
 _SCORE = ("≤ sc * sc * (List.map (fun t => q t * q t) L).sum * Semantic.keyErr L k k' + 0",)
 _DECOMPRESSION = ("≤ sc * sc * (List.map (fun t => r t * r t) L).sum * Semantic.keyErr L c c' + 0",)
 _EFORM = (f"≤ 1 / 2 * (E.exp (2 * {_SUP}) - 1)",)
+_EVICTED = ("Analytic.tv ((Semantic.evictTV E L hL drop S s).exact z) ((Semantic.evictTV E L hL "
+            "drop S s).approx ω z) L = Eviction.droppedMass (fun t => E.exp (z t)) drop L / "
+            "(Eviction.keptMass (fun t => E.exp (z t)) drop L + Eviction.droppedMass",)
 
 #: Each public rule of this module and the schema of the theorem that proves it: a theorem about
 #: the rule's semantic contract (``WitCert.Semantic``), whose soundness field is the bound.
@@ -190,6 +196,9 @@ SCHEMAS: Final[dict[str, Schema]] = {rule: _builtin(schema) for rule, schema in 
                                   states=("≤ Analytic.tanhE E ((Semantic.lmax (fun t => z' t - z t) L"
                                           " - Semantic.lmin (fun t => z' t - z t) L) / 4)",),
                                   name="softmax->TV (tanh osc)"),
+    "dropped_mass_tv": Schema(EVICT_TV_METER_EQ, DroppedMass, AttentionTV, (),
+                              lambda: Claim(a=1, b=0), states=_EVICTED,
+                              name="dropped mass->TV (eviction)"),
     "softmax_tv_affine": Schema(SOFTMAX_TV_AFFINE_CONTRACT_SOUND, LogitLinf, AttentionTV,
                                 ("eps0",), _affine,
                                 states=(f"≤ E.exp (2 * ε₀) * {_SUP} + 0", f"{_SUP} ≤ ε₀"),
@@ -321,6 +330,25 @@ def score_bridge(site: type[S], *, scale: Number, q_norm_max: Number
         raise InvalidValueError("scale * q_norm_max", f"{scale!r} * {q_norm_max!r}",
                                 "must not exceed the largest float (the slope a)")
     return SCHEMAS["score_bridge"].issue(site, scale=sc, q_norm_max=q)
+
+
+def dropped_mass_tv(site: type[S]) -> Contract[DroppedMass[S], AttentionTV[S]]:
+    """Eviction: the TV between full and kept attention *is* the dropped mass, ``e_out <= e_in``.
+
+    A cache that keeps the tokens ``K`` and drops ``D`` serves the softmax over ``K`` alone;
+    its TV from the full softmax is ``p(D) = Z_D / (Z_K + Z_D)`` exactly, so a bound on the
+    dropped mass (:func:`witcert_calculus.meters.eviction.dropped_mass_batch`) is a bound on
+    the attention TV with ``a = 1, b = 0``.
+
+    Lean: ``WitCert.Semantic.evict_tv_meter_eq`` (the contract ``evictTV``, from
+    ``WitCert.Eviction.tv_softmax_kept_eq``).
+
+    Example:
+        >>> from witcert_calculus import AtConsume
+        >>> dropped_mass_tv(AtConsume).bound(0.125).value
+        0.125
+    """
+    return SCHEMAS["dropped_mass_tv"].issue(site)
 
 
 def softmax_tv_eform(site: type[S]) -> Contract[LogitLinf[S], AttentionTV[S]]:

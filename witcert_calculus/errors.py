@@ -34,7 +34,8 @@ from a journal writer). Each leaf also inherits the builtin it behaves like.
     ├── KernelBuildError             (RuntimeError) a compiled kernel that cannot be built or loaded
     ├── TheoremExportError           (ValueError)  a Lean export file that cannot be registered
     ├── ChainSpecError               (ValueError)  a chain spec that cannot be built
-    └── ConfoundedComparisonError    (ValueError)  two arms compared that differ in several knobs
+    ├── ConfoundedComparisonError    (ValueError)  two arms compared that differ in several knobs
+    └── UnattributedEvictionError    (ValueError)  a cache change a meter cannot read as dropped tokens
 
 Main declarations:
 
@@ -72,6 +73,7 @@ __all__ = [
     "StaleReadError",
     "TheoremExportError",
     "TokenReusedError",
+    "UnattributedEvictionError",
     "UnknownRequestError",
     "UnknownTheoremError",
     "UnregisteredMetricError",
@@ -758,3 +760,28 @@ class ConfoundedComparisonError(WitcertError, ValueError):
         return (f"arms {self.first!r} and {self.second!r} differ in {len(self.knobs)} knobs: "
                 f"{differ}; a comparison attributes an outcome to a knob only when the arms "
                 "differ in that knob alone (compare arms that change one knob at a time)")
+
+
+@final
+class UnattributedEvictionError(WitcertError, ValueError):
+    """A compression step that changed the cache in a way the eviction meter cannot read as
+    dropped tokens: a kept entry that is not a bit-exact copy of an entry the cache held (a
+    press that merges, averages or rotates keys or values), or tokens masked in place (a
+    head-wise press that hides keys from attention instead of removing them). No eviction
+    contract covers such a step, so it is refused instead of metered as a drop.
+
+    Args:
+        press: the press (its class name).
+        layer: the attention layer where it happened.
+        reason: what changed, and how to proceed.
+    """
+
+    def __init__(self, press: str, layer: int, reason: str) -> None:
+        self.press = press
+        self.layer = layer
+        self.reason = reason
+        super().__init__(press, layer, reason)
+
+    def _message(self) -> str:
+        return (f"press {self.press!r} changed the cache of layer {self.layer} in a way that is "
+                f"not a drop of tokens: {self.reason}")

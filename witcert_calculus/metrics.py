@@ -331,6 +331,13 @@ class AttentionTV(Metric[S]):
 
 
 @final
+@_declare("probability mass", "attention mass p(D) of the evicted keys, equal to the TV between "
+          "full and kept attention", hi=1.0, saturation=1.0)
+class DroppedMass(Metric[S]):
+    """Attention mass of the tokens a cache evicted (saturates at 1)."""
+
+
+@final
 @_declare("probability mass", "selector-score mass swapped by a top-k selection",
           hi=1.0, saturation=1.0)
 class SelectorMass(Metric[S]):

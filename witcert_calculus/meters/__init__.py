@@ -14,6 +14,9 @@ reached from the package face (``from witcert_calculus import tv_meter``):
   PARTIALLY_CERTIFIED from the caller's own array (an assumption).
 - :mod:`witcert_calculus.meters.output_bound`: from a TV bound to the attention output's error.
 - :mod:`witcert_calculus.meters.page_in`: which blocks to page in to meet a target.
+- :mod:`witcert_calculus.meters.eviction`: token eviction: the dropped attention mass bounded
+  from witnesses stored at eviction time, the output bound, the restoring gate's order, and
+  the combination with a quantization meter over the kept keys.
 - :mod:`witcert_calculus.meters.dither`: Tier B, the subtractively dithered INT8 key store and its
   probabilistic per-token logit bound and TV certificate (non-adaptive queries).
 - :mod:`witcert_calculus.meters.sentinels`: the sampling sentinel and the zero-failure rate bound.
@@ -40,6 +43,9 @@ from witcert_calculus.lean.theorems import (
     BOX_LOGIT_BOUND_METER_SOUND,
     DITHER_TIER_B_PROB_BAD,
     DITHER_TIER_B_TOKEN_SOUND,
+    EVICT_QUANT_METER_SOUND,
+    EVICT_TV_BLOCKS_METER_SOUND,
+    EVICT_TV_RESTORE_METER_LE,
     FORMAT_RESIDUAL_LE,
     GRID_MGF_LE,
     LOGIT_BOUND_METER_SOUND,
@@ -47,6 +53,7 @@ from witcert_calculus.lean.theorems import (
     NEAREST_RESIDUAL_LE,
     ONE_SUB_POW_LE_EXP,
     OUTPUT_ERROR_CONTRACT_AT,
+    OUTPUT_EVICT_ERROR_LE,
     PAGE_IN_DECREASE,
     RATE_UPPER_BOUND_SOUND,
     SENTINEL_ROUNDS_SOUND,
@@ -73,6 +80,10 @@ THEOREMS: Final[dict[str, tuple[str, ...]]] = {
     "output_error_bound": (OUTPUT_ERROR_CONTRACT_AT,),
     "output_error_contract": (OUTPUT_ERROR_CONTRACT_AT,),
     "page_in_order": (PAGE_IN_DECREASE,),
+    "dropped_mass_batch": (EVICT_TV_BLOCKS_METER_SOUND,),
+    "eviction_output_bound": (OUTPUT_EVICT_ERROR_LE,),
+    "restore_order": (EVICT_TV_RESTORE_METER_LE,),
+    "combined_tv": (EVICT_QUANT_METER_SOUND,),
     "dither_variance_proxy": (GRID_MGF_LE,),
     "subgaussian_radius": (DITHER_TIER_B_TOKEN_SOUND, DITHER_TIER_B_PROB_BAD),
     "tier_b_logit_bound": (DITHER_TIER_B_TOKEN_SOUND, DITHER_TIER_B_PROB_BAD),

@@ -38,7 +38,8 @@ Main declarations:
 - :class:`Margin`: a ``(gamma, alpha)`` pair.
 - margins: :func:`band_norm_margin`, :func:`logit_margin`, :func:`tv_margin`,
   :func:`tanh_margin`, :func:`variance_margin`, :func:`radius_margin`, :func:`grid_mean_margin`,
-  :func:`cast_margin`, :func:`sum_margin`, :func:`dot_margin`.
+  :func:`cast_margin`, :func:`sum_margin`, :func:`dot_margin`, :func:`norm_margin`,
+  :func:`eviction_margin`, :func:`linf_margin`, :func:`dot32_margin`.
 - constants: :data:`TINY`, :data:`SQRT_TINY`, :data:`SUM_SLACK`, :data:`F16_MAX`,
   :data:`STEP_SLACK`.
 """
@@ -273,3 +274,68 @@ def sum_margin(terms: int) -> Margin:
         True
     """
     return Margin(3 * UNIT_ROUNDOFF, terms * TINY)
+
+
+def norm_margin(size: int) -> Margin:
+    """Margin of a plain float64 ``sqrt(sum_c x_c^2)`` over ``size`` entries (a key's distance to
+    its stored centroid, a query's or a value's norm).
+
+    Each entry may itself be a rounded difference of two floats (``u``); the squares, the
+    recursive sum and the square root carry ``(size + 2) u`` on the sum of squares, half of it
+    on the root, plus ``u``: ``(size / 2 + 7) u`` with room to spare. Squares in the subnormal
+    range lose ``2^-1075`` each, at most ``sqrt(size) 2^-537`` of the root.
+
+    Example:
+        >>> norm_margin(8).gamma == 11 * 2.0**-53
+        True
+    """
+    return Margin((size / 2.0 + 7.0) * UNIT_ROUNDOFF, math.sqrt(size) * SQRT_TINY + TINY)
+
+
+def eviction_margin(tokens: int, blocks: int) -> Margin:
+    """Margin of the eviction bound ``1 / (1 + exp(log Z_K - log U))``; ``gamma`` is *per unit of*
+    ``1 + abs(log U) + abs(log Z_K)``.
+
+    ``log Z_K`` is a log-sum-exp over ``S = tokens`` logits and ``log U`` one over ``blocks``
+    terms; each carries an absolute error of at most ``(n + 4) u (1 + abs(log))``. The map
+    ``x -> 1 / (1 + e^-x)`` has derivative at most its value, so an absolute error ``e`` in
+    ``x = log U - log Z_K`` moves the bound by at most ``e^e - 1`` relative; ``exp`` and the
+    division add ``3 u``. So the bound is reported with ``gamma = margin.gamma (1 + size)``,
+    ``4 (S + B + 16) u`` per unit (twice what the sums need), and ``alpha = (S + B) 2^-1070``.
+    ``scripts/margin_checks.py`` checks it against 50-digit truths on the same float inputs.
+
+    Example:
+        >>> eviction_margin(4, 2).gamma == 88 * 2.0**-53
+        True
+    """
+    return Margin(4.0 * (tokens + blocks + 16) * UNIT_ROUNDOFF, (tokens + blocks) * TINY)
+
+
+def linf_margin() -> Margin:
+    """Margin of ``max_c abs(x_c - y_c)`` over float64 entries: the one rounded subtraction
+    carries ``u`` relative (``2 u`` with room to spare); a subnormal difference loses at most
+    ``2^-1075``.
+
+    Example:
+        >>> linf_margin().gamma == 2 * 2.0**-53
+        True
+    """
+    return Margin(2 * UNIT_ROUNDOFF, TINY)
+
+
+#: The unit roundoff of float32, ``2^-24``.
+UNIT_ROUNDOFF32: Final = 2.0**-24
+
+
+def dot32_margin(terms: int) -> Margin:
+    """Margin of a float32 dot product of ``terms`` products of float32 values, in any summation
+    order (a BLAS kernel's blocks and fused multiply-adds included): its error is at most
+    ``gamma_n sum_c abs(x_c y_c)`` with ``gamma_n = n u32 / (1 - n u32)``, reported here as
+    ``(terms + 1) u32`` *per unit of* a bound on ``sum_c abs(x_c y_c)`` (e.g. ``||x|| ||y||``);
+    each product that ends subnormal loses at most ``2^-150``.
+
+    Example:
+        >>> dot32_margin(3).gamma == 4 * 2.0**-24
+        True
+    """
+    return Margin((terms + 1) * UNIT_ROUNDOFF32, terms * 2.0**-149)

@@ -1,5 +1,5 @@
 """The demo's command line: ``python -m witcert_adapters.demo [--threshold TAU] [--verbose]
-[--repair] --out DIR``.
+[--repair | --eviction] --out DIR``.
 
 Main declarations
 -----------------
@@ -50,7 +50,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repair", action="store_true",
                         help="instead, measure the repairing gate (page-in from an exact backing "
                              "store) and write repair.json")
+    parser.add_argument("--eviction", action="store_true",
+                        help="instead, meter token eviction under kvpress presses (coverage, "
+                             "audited truth, quality raw and gated) and write eviction.json and "
+                             "eviction.txt (tau defaults to 0.1 here)")
     args = parser.parse_args(argv)
+    if args.eviction:
+        from witcert_adapters.demo.eviction import run_eviction
+
+        tau = 0.1 if args.threshold == THRESHOLD else args.threshold
+        report = run_eviction(args.out, threshold=tau, threads=args.threads)
+        print((args.out / "eviction.txt").read_text(), end="")
+        del report
+        return 0
     if args.repair:
         from witcert_adapters.demo.repair import run_repair
 
