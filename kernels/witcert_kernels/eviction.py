@@ -43,7 +43,7 @@ from witcert_calculus.numerics.rounding import (
 )
 from witcert_calculus.meters.witness import LogitBound
 from witcert_calculus.numerics.validation import positive_int, real
-from witcert_kernels.meter import round_up_f32
+from witcert_kernels.meter import round_up_as, round_up_f32
 from witcert_kernels.rounding import outward
 
 __all__ = ["block_log_terms", "dropped_mass_batch", "evict_witness", "stack_witnesses"]
@@ -58,14 +58,6 @@ def _norm_up(x: torch.Tensor) -> torch.Tensor:
     return outward(n, gamma=m.gamma, alpha=m.alpha, exact=n == 0)
 
 
-def _outward_as(x: torch.Tensor, dtype: torch.dtype, toward: float) -> torch.Tensor:
-    """``x`` stored in ``dtype`` rounded toward ``toward`` (``+inf`` or ``-inf``), as float64."""
-    near = x.to(dtype)
-    step = torch.nextafter(near, torch.full_like(near, toward))
-    wrong = near.to(_F64) < x if toward > 0 else near.to(_F64) > x
-    return torch.where(wrong, step, near).to(_F64)
-
-
 _FLOATS = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 
 
@@ -75,7 +67,7 @@ def _stored_center(mid: torch.Tensor, kind: str) -> torch.Tensor:
     if kind != "int8":
         return mid.to(_FLOATS[kind]).to(_F64)
     amax = mid.abs().amax(dim=-1, keepdim=True)
-    scale = _outward_as(amax / 127.0, torch.float16, float("inf"))
+    scale = round_up_as(amax / 127.0, torch.float16).to(_F64)
     codes = torch.clamp(torch.round(mid / torch.where(scale > 0, scale, 1.0)), -127, 127)
     return codes * scale
 
@@ -163,12 +155,6 @@ def stack_witnesses(witnesses: list[EvictionWitness[torch.Tensor]]
                       source="witcert_kernels.eviction.stack_witnesses")
 
 
-def _lse(logs: torch.Tensor) -> torch.Tensor:
-    # log sum exp along the last dimension (max-shifted: all -inf gives -inf, +inf gives +inf
-    # or NaN, which the meter reports as saturation)
-    return torch.logsumexp(logs, dim=-1)
-
-
 def block_log_terms(q: torch.Tensor, witness: EvictionWitness[torch.Tensor], *, scale: float,
                     restored: torch.Tensor | None = None) -> torch.Tensor:
     """``log n_b + u_b`` per query row and block, ``u_b = scale (q.c_b + min(||q||_1 h_b, ||q||_2 r_b))``
@@ -244,13 +230,13 @@ def dropped_mass_batch(q: torch.Tensor, kept_logits: torch.Tensor,
         raise InvalidValueError("restored", f"tensor of {restored.dtype} {tuple(restored.shape)}",
                                 f"must be boolean of the witness's shape {tuple(witness.count.shape)}")
     terms = block_log_terms(q, witness, scale=scale, restored=restored)
-    log_u = _lse(terms)
+    log_u = torch.logsumexp(terms, dim=-1)   # max-shifted; all -inf gives -inf
     s = kept_logits.to(_F64)
     c = _kept_values(kept_bound)
     if c is not None:
         lowered = torch.nextafter(s - c, torch.full((), float("-inf"), dtype=_F64))
         s = torch.where(torch.isnan(lowered), float("-inf"), lowered)
-    log_z = _lse(s)
+    log_z = torch.logsumexp(s, dim=-1)
     raw = torch.where(torch.isneginf(log_u), 0.0, 1.0 / (1.0 + torch.exp(log_z - log_u)))
     m = eviction_margin(s.shape[-1], witness.count.shape[-1])
     size = 1.0 + torch.where(torch.isfinite(log_u), log_u.abs(), 0.0) + \

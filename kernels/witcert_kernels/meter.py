@@ -47,7 +47,8 @@ Main declarations
 - :func:`l2_norm_upper`: the Euclidean norm as an upper bound; :func:`l2_norm`, the plain
   norm (for reports, not a bound).
 - :func:`output_error_bound`: the attention-output error from TV and value residuals.
-- :func:`round_up_f32`: sound storage of a nonnegative float64 bound in float32.
+- :func:`round_up_f32`, :func:`round_up_as`: sound storage of a float64 bound in float32 (or
+  float16), rounded upward.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ __all__ = [
     "logit_bound",
     "meter_from_sums",
     "output_error_bound",
+    "round_up_as",
     "round_up_f32",
     "tv_bounds_batch",
     "tv_meter_batch",
@@ -251,7 +253,19 @@ def round_up_f32(x: torch.Tensor) -> torch.Tensor:
         >>> bool(round_up_f32(x).double() >= x)
         True
     """
-    y = x.to(torch.float32)
+    return round_up_as(x, torch.float32)
+
+
+def round_up_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Store a float64 tensor in ``dtype`` (float16 or float32), rounding every entry upward:
+    one step toward +inf wherever the cast went down (an overflow gives ``inf``).
+
+    Example:
+        >>> x = torch.tensor([0.1], dtype=torch.float64)
+        >>> bool(round_up_as(x, torch.float16).double() >= x)
+        True
+    """
+    y = x.to(dtype)
     low = y.to(_F64) < x
     out: torch.Tensor = torch.where(low, torch.nextafter(y, torch.full_like(y, float("inf"))), y)
     return out

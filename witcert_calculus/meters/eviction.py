@@ -61,7 +61,13 @@ from witcert_calculus.lean.theorems import (
     EVICT_QUANT_METER_SOUND,
     EVICT_TV_BLOCKS_METER_SOUND,
 )
-from witcert_calculus.meters.witness import ESTABLISHERS, LogitBound, is_established
+from witcert_calculus.meters.tv_forms import _lse  # pyright: ignore[reportPrivateUsage]
+from witcert_calculus.meters.witness import (
+    ESTABLISHERS,
+    LogitBound,
+    _upward_as,  # pyright: ignore[reportPrivateUsage]
+    is_established,
+)
 from witcert_calculus.metrics import AtConsume, AttentionTV, DroppedMass, metric_name, same_metric
 from witcert_calculus.numerics.rounding import (
     add_up,
@@ -203,13 +209,9 @@ def is_witness(w: object) -> bool:
         object.__getattribute__(cast(object, w), "_seal") is _SEAL
 
 
-def _outward_as(x: F64, dtype: np.dtype[Any], toward: float) -> F64:
-    """``x`` stored in ``dtype`` rounded toward ``toward`` (``+inf`` or ``-inf``), as float64."""
-    with np.errstate(over="ignore"):
-        near = x.astype(dtype)
-    step = np.nextafter(near, np.asarray(toward, dtype=dtype))
-    wrong = near.astype(np.float64) < x if toward > 0 else near.astype(np.float64) > x
-    out: F64 = np.where(wrong, step, near).astype(np.float64)
+def _up(x: F64, kind: type[np.float16] | type[np.float32]) -> F64:
+    """``x`` stored in float16 or float32, rounded toward ``+inf``, read back as float64."""
+    out: F64 = _upward_as(x, kind).astype(np.float64)
     return out
 
 
@@ -243,7 +245,7 @@ def _stored_center(mid: F64, kind: str) -> F64:
         out: F64 = mid.astype(kind).astype(np.float64)
         return out
     amax = np.abs(mid).max(axis=-1, keepdims=True, initial=0.0)
-    scale = _outward_as(amax / 127.0, np.dtype(np.float16), np.inf)
+    scale = _up(amax / 127.0, np.float16)
     safe = np.where(scale > 0, scale, 1.0)
     codes = np.clip(np.rint(mid / safe), -127, 127)
     center: F64 = codes * scale
@@ -305,8 +307,7 @@ def evict_witness(keys: ArrayLike, values: ArrayLike, block: ArrayLike, *, block
     dist = _norm_up(diff)                                                 # [..., n]
 
     def per_block(x: F64) -> F64:
-        return _outward_as(np.where(onehot, x[..., None], 0.0).max(axis=-2, initial=0.0),
-                           np.dtype(np.float32), np.inf)
+        return _up(np.where(onehot, x[..., None], 0.0).max(axis=-2, initial=0.0), np.float32)
 
     used = int((count > 0).sum())
     stored = used * (_center_bytes(kind, k.shape[-1]) + 4 + 4 + 4 + 4)
@@ -318,16 +319,6 @@ def evict_witness(keys: ArrayLike, values: ArrayLike, block: ArrayLike, *, block
 
 
 # --------------------------------------------------------------------------- the meter
-
-def _lse(logs: F64) -> F64:
-    """log sum exp along the last axis; all -inf gives -inf."""
-    m: F64 = logs.max(axis=-1, initial=-np.inf)
-    finite_m: F64 = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        body: F64 = finite_m + np.log(np.exp(logs - finite_m[..., None]).sum(axis=-1))
-    out: F64 = np.where(np.isinf(m), m, body)
-    return out
-
 
 def _dropped_logit_up(q: F64, w: EvictionWitness[F64], scale: float) -> F64:
     """``u_b = scale (q.c_b + min(||q||_1 h_b, ||q||_2 r_b))`` per row and block, rounded upward
