@@ -92,7 +92,7 @@ def main() -> None:
     }
     times: dict[str, list[float]] = {name: [] for name in modes}
     for mode in modes.values():  # warm every path once
-        decode_times(model, ids[:, :64], 2, mode)
+        decode_times(model, ids[:, :128], 2, mode)
     for _ in range(args.rounds):
         for name, mode in modes.items():
             times[name] += decode_times(model, ids, args.steps, mode)
