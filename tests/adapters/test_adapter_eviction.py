@@ -112,6 +112,18 @@ def test_decoding_press_compressions_are_all_metered(tiny: Any) -> None:
     assert s.evicted_tokens > 0 and s.violations == 0 and s.cells > 0
 
 
+def test_layers_compressed_to_different_lengths_are_metered(tiny: Any) -> None:
+    # PyramidKV keeps fewer entries in deeper layers; the mask built for layer 0's length is
+    # cut to each layer's own
+    press = kvpress.PyramidKVPress(compression_ratio=0.5, window_size=4)
+    with meter_press(tiny, press, audit=True) as run:
+        forced_logits(tiny, _ids(60), 50)
+    lengths = {st.keys.shape[1] for st in run.layers.values()}
+    assert len(lengths) == 2
+    s = run.summary(threshold=0.5)
+    assert s.violations == 0 and s.cells == 2 * 4 * 9
+
+
 def test_a_merging_press_is_refused_by_name(tiny: Any) -> None:
     press = kvpress.KeyRerotationPress(press=kvpress.KnormPress(compression_ratio=0.5))
     with pytest.raises(UnattributedEvictionError, match="KeyRerotationPress.*bit-exact"):
