@@ -25,6 +25,9 @@ public import WitCert.SemanticDither
 public import WitCert.SemanticMeters
 public import WitCert.Eviction
 public import WitCert.SemanticEviction
+public import WitCert.Depth
+public import WitCert.SemanticDepth
+public import WitCert.Audit
 public import WitCert.GeneratedChecks
 
 /-!

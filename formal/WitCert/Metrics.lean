@@ -25,7 +25,8 @@ the same metric at two different sites lives in two different types.
 * `WitCert.Metric.sigma_eq_iff`: a sited metric is identified by its site *and* its kind.
 * `WitCert.Metric.sigma_ne_of_site_ne`: the same formula observed at two sites gives two
   different metrics.
-* `WitCert.Metric.saturation_attentionTV`: total variation saturates at `1`.
+* `WitCert.Metric.saturation_attentionTV`, `WitCert.Metric.saturation_nextTokenTV`: total
+  variation saturates at `1`.
 
 ## Implementation notes
 
@@ -73,6 +74,10 @@ inductive MetricKind where
   | perTokenMax
   /-- Error of a gate-weighted pooled value. -/
   | pooledError
+  /-- Euclidean error of the residual stream at the current token. -/
+  | residualL2
+  /-- Total variation between next-token distributions. -/
+  | nextTokenTV
   deriving DecidableEq, Repr
 
 /-- A metric observed at site `s`. Each constructor is one metric; the site is the index. -/
@@ -103,6 +108,10 @@ inductive Metric : Site → Type where
   | perTokenMax (s : Site) : Metric s
   /-- Pooled error at `s`. -/
   | pooledError (s : Site) : Metric s
+  /-- Residual-stream error at `s`. -/
+  | residualL2 (s : Site) : Metric s
+  /-- Next-token total variation at `s`. -/
+  | nextTokenTV (s : Site) : Metric s
 
 namespace Metric
 
@@ -123,6 +132,8 @@ def kind : Metric s → MetricKind
   | perTokenL2 _ => .perTokenL2
   | perTokenMax _ => .perTokenMax
   | pooledError _ => .pooledError
+  | residualL2 _ => .residualL2
+  | nextTokenTV _ => .nextTokenTV
 
 /-- The metric of a given kind at site `s`. -/
 def ofKind (s : Site) : MetricKind → Metric s
@@ -139,15 +150,18 @@ def ofKind (s : Site) : MetricKind → Metric s
   | .perTokenL2 => perTokenL2 s
   | .perTokenMax => perTokenMax s
   | .pooledError => pooledError s
+  | .residualL2 => residualL2 s
+  | .nextTokenTV => nextTokenTV s
 
 /-- The site of a metric: its type index. -/
 def site (_ : Metric s) : Site := s
 
 /-- The value at or above which a bound in this metric says nothing (`none`: no such value).
-Total variation and selector mass are probabilities and saturate at `1`. -/
+Total variations and selector mass are probabilities and saturate at `1`. -/
 def saturation : Metric s → Option Rat
   | attentionTV _ => some 1
   | selectorMass _ => some 1
+  | nextTokenTV _ => some 1
   | _ => none
 
 /-- Rebuilding a metric from its kind gives it back. -/
@@ -186,6 +200,9 @@ theorem saturation_attentionTV (s : Site) : (attentionTV s).saturation = some 1 
 
 /-- Selector mass saturates at `1`. -/
 theorem saturation_selectorMass (s : Site) : (selectorMass s).saturation = some 1 := rfl
+
+/-- The total variation between next-token distributions saturates at `1`. -/
+theorem saturation_nextTokenTV (s : Site) : (nextTokenTV s).saturation = some 1 := rfl
 
 /-- Every saturation value is nonnegative. -/
 theorem saturation_nonneg (m : Metric s) {x : Rat} (h : m.saturation = some x) : 0 ≤ x := by

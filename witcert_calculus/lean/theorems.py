@@ -36,12 +36,19 @@ from typing import Final, cast, final
 from witcert_calculus.errors import TheoremExportError, UnknownTheoremError
 
 __all__ = [
+    "ABS_SUB_LE_OF_MUL_SELF_EQ",
     "ADD_SOUND",
+    "ATTN_QUERY_STEP_LE",
+    "BET_FACTOR_MEAN_LE_ONE",
+    "BET_FACTOR_MONO",
+    "BET_FACTOR_MONO_DIV",
+    "BET_FACTOR_NONNEG",
     "BOX_LOGIT_BOUND_METER_SOUND",
     "BUILTIN_ORIGIN",
     "COMP_SOUND",
     "CONFOUNDED_PAIR_UNIDENTIFIED",
     "CONTROLLED_PAIR_ATTRIBUTES",
+    "COORD_SQ_LE_SUM",
     "DECIDE_SATURATED_NE_CERTIFIED",
     "DECOMPRESSION_CONTRACT_SOUND",
     "DITHER_TIER_B_PROB_BAD",
@@ -61,12 +68,20 @@ __all__ = [
     "EVICT_TV_METER_SOUND",
     "EVICT_TV_RESTORE_METER_LE",
     "FORMAT_RESIDUAL_LE",
+    "GLU_STEP_LE",
     "GRID_MGF_LE",
+    "HADAMARD_SQ_LE",
     "ID_SOUND",
     "LE_WEAKEST",
+    "LIPSCHITZ_COMP_LE",
+    "LIPSCHITZ_SQ_LE",
     "LOGIT_BOUND_METER_SOUND",
     "MIN_BOUND_SOUND",
+    "MIXTURE_MEAN_LE_ONE",
     "NEAREST_RESIDUAL_LE",
+    "NEXT_TOKEN_CONTRACT_SOUND",
+    "NEXT_TOKEN_TV_LE",
+    "NORM_SMUL_INV_SUB_LE",
     "ONE_SUB_POW_LE_EXP",
     "OUTPUT_ERROR_CONTRACT_AT",
     "OUTPUT_EVICT_ERROR_LE",
@@ -78,17 +93,24 @@ __all__ = [
     "RATE_UPPER_BOUND_SOUND",
     "RECURRENCE_CONTRACT_SOUND",
     "RECURRENCE_PROB_BAD_LT_BUDGET",
+    "RESIDUAL_STEP_CONTRACT_SOUND",
+    "RESIDUAL_STEP_LE",
     "RESTORE_BLOCK_BOUND_LE",
     "RESTORE_BOUND_LE",
     "RESTRICT_SOFTMAX_EQ",
+    "RMS_NORMALIZE_LIPSCHITZ",
     "SAMPLING_MISS_PROBABILITY",
     "SCORE_BRIDGE_CONTRACT_SOUND",
     "SELECTOR_MASS_EFORM_CONTRACT_SOUND",
     "SENTINEL_ROUNDS_SOUND",
+    "SERVED_MAP_LE",
     "SOFTMAX_TV_AFFINE_CONTRACT_SOUND",
     "SOFTMAX_TV_EFORM_CONTRACT_SOUND",
+    "SOFTMAX_TV_LE_TANH_SHIFT",
     "SOFTMAX_TV_TANH_CONTRACT_SOUND",
     "SOFTMAX_TV_TANH_OSC_CONTRACT_SOUND",
+    "TANHE_LE_ONE",
+    "TANHE_LE_TWO_MUL",
     "TELESCOPE_PARTIAL_LT",
     "TELESCOPE_SUM_EQ",
     "TRUNC_RESIDUAL_LE",
@@ -121,6 +143,16 @@ __all__ = [
 
 ONE_SUB_POW_LE_EXP: Final = "WitCert.Analytic.one_sub_pow_le_exp"
 
+# ----------------------------------------------------------------------------- Audit
+# Betting factors of the anytime-valid upper confidence bound on a rate (with
+# ville_finite_tree).
+
+BET_FACTOR_MEAN_LE_ONE: Final = "WitCert.Audit.bet_factor_mean_le_one"
+BET_FACTOR_MONO: Final = "WitCert.Audit.bet_factor_mono"
+BET_FACTOR_MONO_DIV: Final = "WitCert.Audit.bet_factor_mono_div"
+BET_FACTOR_NONNEG: Final = "WitCert.Audit.bet_factor_nonneg"
+MIXTURE_MEAN_LE_ONE: Final = "WitCert.Audit.mixture_mean_le_one"
+
 # ----------------------------------------------------------------------------- Bridges
 
 RANK_PREFIX_STABLE: Final = "WitCert.Bridges.rank_prefix_stable"
@@ -128,6 +160,26 @@ RANK_PREFIX_STABLE: Final = "WitCert.Bridges.rank_prefix_stable"
 # ----------------------------------------------------------------------------- Contract
 
 ADD_SOUND: Final = "WitCert.Contract.add_sound"
+
+# ----------------------------------------------------------------------------- Depth
+# One pre-norm layer: RMSNorm, residual connections, attention with the query perturbed, the
+# gated MLP, and the next-token head.
+
+ABS_SUB_LE_OF_MUL_SELF_EQ: Final = "WitCert.Depth.abs_sub_le_of_mul_self_eq"
+ATTN_QUERY_STEP_LE: Final = "WitCert.Depth.attn_query_step_le"
+COORD_SQ_LE_SUM: Final = "WitCert.Depth.coord_sq_le_sum"
+GLU_STEP_LE: Final = "WitCert.Depth.glu_step_le"
+HADAMARD_SQ_LE: Final = "WitCert.Depth.hadamard_sq_le"
+LIPSCHITZ_COMP_LE: Final = "WitCert.Depth.lipschitz_comp_le"
+LIPSCHITZ_SQ_LE: Final = "WitCert.Depth.lipschitz_sq_le"
+NEXT_TOKEN_TV_LE: Final = "WitCert.Depth.next_token_tv_le"
+NORM_SMUL_INV_SUB_LE: Final = "WitCert.Depth.norm_smul_inv_sub_le"
+RESIDUAL_STEP_LE: Final = "WitCert.Depth.residual_step_le"
+RMS_NORMALIZE_LIPSCHITZ: Final = "WitCert.Depth.rms_normalize_lipschitz"
+SERVED_MAP_LE: Final = "WitCert.Depth.served_map_le"
+SOFTMAX_TV_LE_TANH_SHIFT: Final = "WitCert.Depth.softmax_tv_le_tanh_shift"
+TANHE_LE_ONE: Final = "WitCert.Depth.tanhE_le_one"
+TANHE_LE_TWO_MUL: Final = "WitCert.Depth.tanhE_le_two_mul"
 
 # ----------------------------------------------------------------------------- Dither
 
@@ -197,12 +249,14 @@ EVICT_TV_METER_SOUND: Final = "WitCert.Semantic.evict_tv_meter_sound"
 EVICT_TV_RESTORE_METER_LE: Final = "WitCert.Semantic.evict_tv_restore_meter_le"
 ID_SOUND: Final = "WitCert.Semantic.Contract.id_sound"
 LOGIT_BOUND_METER_SOUND: Final = "WitCert.Semantic.logit_bound_norms_meter_sound"
+NEXT_TOKEN_CONTRACT_SOUND: Final = "WitCert.Semantic.next_token_contract_sound"
 OUTPUT_ERROR_CONTRACT_AT: Final = "WitCert.Semantic.output_error_contract_at"
 POOLING_L2_CONTRACT_SOUND: Final = "WitCert.Semantic.pooling_l2_contract_sound"
 POOLING_MAX_CONTRACT_SOUND: Final = "WitCert.Semantic.pooling_max_contract_sound"
 RANK_PREFIX_SELECTION_CONTRACT_SOUND: Final = "WitCert.Semantic.rank_prefix_selection_contract_sound"
 RECURRENCE_CONTRACT_SOUND: Final = "WitCert.Semantic.Contract.recurrence_sound"
 RECURRENCE_PROB_BAD_LT_BUDGET: Final = "WitCert.Semantic.recurrence_prob_bad_lt_budget"
+RESIDUAL_STEP_CONTRACT_SOUND: Final = "WitCert.Semantic.residual_step_contract_sound"
 SCORE_BRIDGE_CONTRACT_SOUND: Final = "WitCert.Semantic.score_bridge_contract_sound"
 SELECTOR_MASS_EFORM_CONTRACT_SOUND: Final = "WitCert.Semantic.selector_mass_eform_contract_sound"
 SOFTMAX_TV_AFFINE_CONTRACT_SOUND: Final = "WitCert.Semantic.softmax_tv_affine_contract_sound"
