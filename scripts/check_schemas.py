@@ -24,6 +24,7 @@ def main() -> int:
     """Report the disagreements; 0 when there are none."""
     sys.path.insert(0, str(ROOT))
     import witcert_calculus.bridges  # noqa: F401  (the modules that define built-in schemas)
+    import witcert_calculus.meters.depth  # noqa: F401
     import witcert_calculus.meters.output_bound  # noqa: F401
     from witcert_calculus.schemas import builtin_schemas, check_schemas
 

@@ -111,7 +111,7 @@ SEED = 20260101
 METRICS: tuple[str, ...] = (
     "KeyResidualRel", "KeyResidualAbs", "ValueResidual", "LogitLinf", "LogitOsc", "AttentionTV",
     "SelectorMass", "AttentionOutputL2", "LatentResidual", "RecurrentStateError", "PerTokenL2",
-    "PerTokenMax", "PooledError",
+    "PerTokenMax", "PooledError", "ResidualL2", "NextTokenTV",
 )
 SITES: tuple[str, ...] = ("AtWrite", "AtConsume")
 TIERS = {Tier.SATURATED: "Tier.saturated", Tier.EMPIRICAL: "Tier.empirical",

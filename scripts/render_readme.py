@@ -25,6 +25,10 @@ and the eviction demo's report (``python -m witcert_adapters.demo --eviction --o
 
     .venv/bin/python scripts/render_readme.py --eviction out/eviction/eviction.txt
 
+and the depth demo's report (``python -m witcert_adapters.demo --depth --out out/depth``):
+
+    .venv/bin/python scripts/render_readme.py --depth out/depth/depth.txt
+
 and the live plugin's cost table:
 
     .venv/bin/python benchmarks/bench_vllm_live.py --host both > out/vllm_cost.txt
@@ -52,7 +56,8 @@ WHOLE = {"--vllm": ("vllm_demo_report", "vllm-demo"),
          "--fp8-repair": ("vllm_fp8_repair", "vllm-fp8-repair"),
          "--vllm-cost": ("vllm_cost", "vllm-cost"),
          "--paths": ("vllm_paths", "vllm-paths"),
-         "--eviction": ("eviction_report", "eviction")}
+         "--eviction": ("eviction_report", "eviction"),
+         "--depth": ("depth_report", "depth")}
 NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 

@@ -406,6 +406,8 @@ NOT_ABOUT_A_STAGE = {
     theorems.PAGE_IN_DECREASE, theorems.SENTINEL_ROUNDS_SOUND, theorems.RATE_UPPER_BOUND_SOUND,
     theorems.ONE_SUB_POW_LE_EXP,
     theorems.OUTPUT_EVICT_ERROR_LE,  # an output-space bound given the dropped mass
+    # the step algebra behind the transfers of the residual contracts (which are cited)
+    theorems.RMS_NORMALIZE_LIPSCHITZ, theorems.ATTN_QUERY_STEP_LE, theorems.GLU_STEP_LE,
 }
 
 
@@ -414,6 +416,7 @@ def test_bridges_meters_and_ledger_cite_semantic_contracts(exported: dict[str, s
     theorem about a ``WitCert.Semantic`` contract: one whose statement reads the contract's
     exact and approximate maps (or its failure event), not the numbers-only layer."""
     import witcert_calculus.meters as meters
+    import witcert_calculus.meters.depth  # noqa: F401  (defines schemas)
     import witcert_calculus.meters.output_bound  # noqa: F401  (defines a schema)
     from witcert_calculus.accounting.budget import SPEND_THEOREMS
     from witcert_calculus.accounting.entries import ENTRY_THEOREM

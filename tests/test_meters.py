@@ -114,6 +114,10 @@ AGREED_LEAN_NAMES = {
     "WitCert.Formats.min_bound_sound", "WitCert.Formats.nearest_residual_le",
     "WitCert.Semantic.evict_tv_blocks_meter_sound", "WitCert.Eviction.output_evict_error_le",
     "WitCert.Semantic.evict_tv_restore_meter_le", "WitCert.Semantic.evict_quant_meter_sound",
+    "WitCert.Depth.rms_normalize_lipschitz", "WitCert.Semantic.residual_step_contract_sound",
+    "WitCert.Depth.attn_query_step_le", "WitCert.Depth.glu_step_le",
+    "WitCert.Semantic.output_projection_contract_sound",
+    "WitCert.Semantic.next_token_contract_sound",
 }
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from witcert_calculus.accounting.rate import RateBound
 from witcert_calculus.contracts import Reading
 from witcert_calculus.errors import InvalidValueError, NotAMetricError
 from witcert_calculus.ledger import RiskLedger
@@ -25,6 +26,7 @@ from witcert_calculus.export.prometheus import (
     exposition,
     gauge,
     prometheus_text,
+    rate_families,
 )
 from witcert_calculus.tiers import Proof
 from reference.issued import proof, reading
@@ -177,3 +179,21 @@ def test_import_stays_free_of_exporters() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split("\n")
     assert out[0] == "[]" and out[1] == "True"
+
+
+def test_the_shadow_audits_rate_bound_is_exported() -> None:
+    bound = RateBound(alpha=0.05)
+    for i in range(120):
+        bound.observe(i % 40 == 0)
+
+    class Audit:
+        def collect(self):  # type: ignore[no-untyped-def]
+            yield from rate_families("fp8_e4m3_scaled", bound.state, threshold=0.05, alpha=0.05)
+
+    text = exposition(Audit())  # type: ignore[arg-type]
+    parsed = {(s.name, s.labels["audit"]): s.value
+              for f in text_string_to_metric_families(text) for s in f.samples}
+    assert parsed[("witcert_shadow_rate_upper", "fp8_e4m3_scaled")] == bound.upper
+    assert parsed[("witcert_shadow_audited_total", "fp8_e4m3_scaled")] == 120
+    assert parsed[("witcert_shadow_exceeded_total", "fp8_e4m3_scaled")] == 3
+    assert parsed[("witcert_shadow_confidence", "fp8_e4m3_scaled")] == pytest.approx(0.95)

@@ -51,7 +51,7 @@ def test_demo_report_in_readme_is_the_stored_one() -> None:
 
 
 @pytest.mark.parametrize("option", ["--vllm", "--fp8-coverage", "--fp8-repair",
-                                    "--vllm-cost", "--eviction"])
+                                    "--vllm-cost", "--eviction", "--depth"])
 def test_whole_reports_in_readme_are_the_stored_ones(option: str) -> None:
     render = _render()
     stem, marker = render.WHOLE[option]

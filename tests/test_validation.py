@@ -101,6 +101,13 @@ def _ledger(method: str) -> Callable[..., object]:
     return call
 
 
+ATT_SENS_KW: dict[str, object] = {
+    "norm_slope": 0.5, "scale": 0.125, "out_norm": 2.0, "wq": [1.0], "wk": [1.0], "wv": [1.0],
+    "q_norm": [4.0], "key_radius": [2.0], "value_norm": [3.0]}
+MLP_SENS_KW: dict[str, object] = {
+    "norm_slope": 0.5, "down_norm": 2.0, "gate_norm": 2.0, "up_norm": 2.0, "up_max": 1.0,
+    "act_max": 1.0, "gate_reach": 10.0}
+
 CASES: dict[str, Case] = {
     "Admission": Case(wc.Admission, (1, 0, wc.EventKind.DETERMINISTIC, wc.Decision.USE,
                                      wc.Tier.CERTIFIED, Fraction(0), Fraction(0), None, None)),
@@ -245,6 +252,19 @@ CASES: dict[str, Case] = {
     "restore_order": Case(wc.restore_order, ([0.0, 1.0], 0.0), {"threshold": 0.5}),
     "combined_tv": Case(wc.combined_tv, (MASS, wc.tv_eform(P2, [0.1, 0.2]).reading())),
     "dropped_mass_tv": Case(wc.dropped_mass_tv, (wc.AtConsume,)),
+    "AttentionSensitivity": Case(wc.AttentionSensitivity, (), ATT_SENS_KW),
+    "MlpSensitivity": Case(wc.MlpSensitivity, (), MLP_SENS_KW),
+    "HeadSensitivity": Case(wc.HeadSensitivity, (), {"norm_slope": 0.5, "row_radius": 2.0}),
+    "attention_sublayer": Case(wc.attention_sublayer, (wc.AtConsume,
+                                                       wc.AttentionSensitivity(**ATT_SENS_KW))),
+    "mlp_sublayer": Case(wc.mlp_sublayer, (wc.AtConsume, wc.MlpSensitivity(**MLP_SENS_KW))),
+    "next_token_head": Case(wc.next_token_head, (wc.AtConsume, wc.HeadSensitivity(
+        norm_slope=0.5, row_radius=2.0))),
+    "output_projection": Case(wc.output_projection, (wc.AtConsume,), {"out_norm": 2.0}),
+    "op_norm_upper": Case(wc.op_norm_upper, ([[1.0, 2.0], [3.0, 4.0]],)),
+    "rms_slope": Case(wc.rms_slope, ([1.0, 2.0],), {"gain_max": 1.0, "eps": 1e-6}),
+    "RateBound": Case(wc.RateBound, (), {"alpha": 0.05}),
+    "RateState": Case(wc.RateState, (3, 1, 0.5)),
     "witness_contract": Case(wc.witness_contract, (wc.AtConsume,), {"witness_max": 0.1}),
     "witness_table": Case(wc.witness_table, (wc.Fp8Format.E4M3, wc.Rounding.NEAREST), {
         "scale": 0.5}),
@@ -255,6 +275,7 @@ SKIPPED: frozenset[str] = frozenset({
     "AtConsume", "AtWrite", "AttentionOutputL2", "AttentionTV", "KeyResidualAbs",
     "KeyResidualRel", "LatentResidual", "LogitLinf", "LogitOsc", "Metric", "PerTokenL2",
     "PerTokenMax", "PooledError", "RecurrentStateError", "SelectorMass", "Site", "DroppedMass",
+    "NextTokenTV", "ResidualL2",
     "ValueResidual",  # metric and site classes
     "Aggregate", "Decision", "EmpiricalPolicy", "EventKind", "Fp8Format", "GateForm",
     "Regime", "RopeLayout", "Rounding", "SlotState", "Tier", "TransferKind",  # enums

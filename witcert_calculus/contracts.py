@@ -100,6 +100,9 @@ class TransferKind(enum.Enum):
     """Softmax bridge from logit sup-norm error to total variation."""
     TANH = "tanh(k x)"
     """Sharp softmax bridge ``tanh(osc / 4)`` (k = 1/4) or ``tanh(eps / 2)`` (k = 1/2)."""
+    POLY = "c_0 + c_1 x + c_2 x^2 + ..."
+    """A polynomial with nonnegative coefficients (a local bound through a transformer layer,
+    :mod:`witcert_calculus.meters.depth`); evaluated exactly, then rounded upward."""
 
 
 @final
@@ -110,10 +113,13 @@ class Transfer:
     Attributes:
         kind: which function.
         k: its scale parameter (used by ``TANH``), exact and > 0.
+        coeffs: the coefficients ``(c_0, c_1, ...)`` of ``POLY``, exact and >= 0 (nonempty
+            for ``POLY``, empty for the other kinds).
     """
 
     kind: TransferKind
     k: Fraction = Fraction(1)
+    coeffs: tuple[Fraction, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, TransferKind):
@@ -121,11 +127,22 @@ class Transfer:
         object.__setattr__(self, "k", exact(self.k, "k"))
         if self.k == 0:
             raise InvalidValueError("k", self.k, "must be > 0")
+        if not isinstance(self.coeffs, tuple):
+            raise InvalidValueError("coeffs", self.coeffs, "must be a tuple")
+        coeffs = tuple(exact(c, "coeffs") for c in self.coeffs)
+        object.__setattr__(self, "coeffs", coeffs)
+        if (self.kind is TransferKind.POLY) != bool(coeffs):
+            raise InvalidValueError("coeffs", coeffs, "are given for POLY, and only for it")
+        if any(c < 0 for c in coeffs):
+            raise InvalidValueError("coeffs", coeffs, "must be >= 0 (a monotone polynomial)")
 
     def formula(self) -> str:
         """The function as text, with its parameter."""
         if self.kind is TransferKind.TANH:
             return f"tanh({self.k} * x)"
+        if self.kind is TransferKind.POLY:
+            return " + ".join(f"{float(c):.6g}" + ("" if i == 0 else " x" if i == 1 else f" x^{i}")
+                              for i, c in enumerate(self.coeffs))
         return str(self.kind.value)
 
     def __call__(self, x: float) -> float:
@@ -135,6 +152,11 @@ class Transfer:
             InvalidValueError: if ``x`` is not a real number, is NaN or is negative.
         """
         x = real("x", x, lo=0.0, allow_inf=True)
+        if self.kind is TransferKind.POLY:
+            if math.isinf(x):
+                return math.inf if any(self.coeffs[1:]) else float_up(self.coeffs[0])
+            xf = Fraction(x)
+            return float_up(sum((c * xf ** i for i, c in enumerate(self.coeffs)), Fraction(0)))
         mp = _mpmath()
         with mp.workdps(50):
             xv = mp.mpf(x)
@@ -514,7 +536,7 @@ _CLAIM_FIELDS: Final = ("m_in", "m_out", "a", "b", "delta", "cap", "transfer")
 def _claim(m_in: object, m_out: object, a: Fraction, b: Fraction, delta: Fraction,
            cap: Fraction | None, transfer: Transfer | None) -> tuple[object, ...]:
     """What a contract claims, as the proof backing it must have been issued for."""
-    tf = None if transfer is None else (transfer.kind.name, transfer.k)
+    tf = None if transfer is None else (transfer.kind.name, transfer.k, transfer.coeffs)
     return ("contract", metric_name(m_in), metric_name(m_out), a, b, delta, cap, tf)
 
 

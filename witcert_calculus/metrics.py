@@ -18,7 +18,7 @@ Main declarations:
   :class:`ValueResidual`, :class:`LogitLinf`, :class:`LogitOsc`,
   :class:`AttentionTV`, :class:`SelectorMass`, :class:`AttentionOutputL2`,
   :class:`LatentResidual`, :class:`RecurrentStateError`, :class:`PerTokenL2`,
-  :class:`PerTokenMax`, :class:`PooledError`.
+  :class:`PerTokenMax`, :class:`PooledError`, :class:`ResidualL2`, :class:`NextTokenTV`.
 
 Example:
     >>> from witcert_calculus.metrics import AttentionTV, AtConsume, metric_info
@@ -57,10 +57,12 @@ __all__ = [
     "LogitOsc",
     "Metric",
     "MetricInfo",
+    "NextTokenTV",
     "PerTokenL2",
     "PerTokenMax",
     "PooledError",
     "RecurrentStateError",
+    "ResidualL2",
     "SelectorMass",
     "Site",
     "ValueResidual",
@@ -378,6 +380,20 @@ class PerTokenMax(Metric[S]):
 @_declare("absolute", "|sum_i w_i e_i|, the error after gate-weighted pooling")
 class PooledError(Metric[S]):
     """Error after pooling per-token errors with gate weights."""
+
+
+@final
+@_declare("absolute l2", "||h_hat - h|| of the residual stream (the hidden state) at the current "
+          "token, in hidden-state units")
+class ResidualL2(Metric[S]):
+    """l2 error of a transformer's residual stream at one token, between two layers."""
+
+
+@final
+@_declare("probability mass", "total variation between the exact and the served next-token "
+          "distributions", hi=1.0, saturation=1.0)
+class NextTokenTV(Metric[S]):
+    """Total variation between two next-token distributions (saturates at 1)."""
 
 
 def at(metric: type, site: type[Site]) -> Any:

@@ -98,164 +98,164 @@ example : (comp0s2.comp comp0s1).cap = (some (5/88 : Rat)) := by decide +kernel
 /-- Stage `comp1s1`. -/
 def comp1s1 :
     Contract (Metric.recurrentStateError .atConsume) (Metric.pooledError .atConsume) :=
-  mk _ _ (1 : Rat) (1 : Rat) (1/64 : Rat)
-    Tier.partiallyCertified (some (5 : Rat))
+  mk _ _ (0 : Rat) (1 : Rat) (1/64 : Rat)
+    Tier.certified none
 
 /-- Stage `comp1s2`. -/
 def comp1s2 :
-    Contract (Metric.pooledError .atConsume) (Metric.valueResidual .atConsume) :=
-  mk _ _ (11/3 : Rat) (5/2 : Rat) (3/64 : Rat)
-    Tier.certified none
+    Contract (Metric.pooledError .atConsume) (Metric.nextTokenTV .atConsume) :=
+  mk _ _ (3/5 : Rat) (1 : Rat) (0 : Rat)
+    Tier.partiallyCertified none
 
-example : (comp1s2.comp comp1s1).a = (11/3 : Rat) := by decide +kernel
+example : (comp1s2.comp comp1s1).a = (0 : Rat) := by decide +kernel
 
-example : (comp1s2.comp comp1s1).b = (37/6 : Rat) := by decide +kernel
+example : (comp1s2.comp comp1s1).b = (8/5 : Rat) := by decide +kernel
 
-example : (comp1s2.comp comp1s1).delta = (1/16 : Rat) := by decide +kernel
+example : (comp1s2.comp comp1s1).delta = (1/64 : Rat) := by decide +kernel
 
 example : (comp1s2.comp comp1s1).tier = Tier.partiallyCertified := by decide +kernel
 
-example : (comp1s2.comp comp1s1).cap = (some (5 : Rat)) := by decide +kernel
+example : (comp1s2.comp comp1s1).cap = none := by decide +kernel
 
 /-- Stage `comp2s1`. -/
 def comp2s1 :
-    Contract (Metric.keyResidualAbs .atConsume) (Metric.attentionTV .atConsume) :=
-  mk _ _ (1/5 : Rat) (3/16 : Rat) (1/50 : Rat)
-    Tier.partiallyCertified (some (16 : Rat))
+    Contract (Metric.keyResidualRel .atConsume) (Metric.selectorMass .atConsume) :=
+  mk _ _ (4 : Rat) (1 : Rat) (1/500 : Rat)
+    Tier.empirical (some (19 : Rat))
 
 /-- Stage `comp2s2`. -/
 def comp2s2 :
-    Contract (Metric.attentionTV .atConsume) (Metric.logitOsc .atConsume) :=
-  mk _ _ (7/5 : Rat) (0 : Rat) (0 : Rat)
-    Tier.partiallyCertified none
+    Contract (Metric.selectorMass .atConsume) (Metric.nextTokenTV .atConsume) :=
+  mk _ _ (0 : Rat) (1/2 : Rat) (0 : Rat)
+    Tier.partiallyCertified (some (19/3 : Rat))
 
 /-- Stage `comp2s3`. -/
 def comp2s3 :
-    Contract (Metric.logitOsc .atConsume) (Metric.latentResidual .atConsume) :=
-  mk _ _ (11/10 : Rat) (1/4 : Rat) (3/64 : Rat)
-    Tier.partiallyCertified (some (11/10 : Rat))
+    Contract (Metric.nextTokenTV .atConsume) (Metric.selectorMass .atConsume) :=
+  mk _ _ (1/2 : Rat) (6/5 : Rat) (0 : Rat)
+    Tier.certified none
 
-example : (comp2s3.comp (comp2s2.comp comp2s1)).a = (77/250 : Rat) := by decide +kernel
+example : (comp2s3.comp (comp2s2.comp comp2s1)).a = (0 : Rat) := by decide +kernel
 
-example : (comp2s3.comp (comp2s2.comp comp2s1)).b = (431/800 : Rat) := by decide +kernel
+example : (comp2s3.comp (comp2s2.comp comp2s1)).b = (29/20 : Rat) := by decide +kernel
 
-example : (comp2s3.comp (comp2s2.comp comp2s1)).delta = (107/1600 : Rat) := by decide +kernel
+example : (comp2s3.comp (comp2s2.comp comp2s1)).delta = (1/500 : Rat) := by decide +kernel
 
-example : (comp2s3.comp (comp2s2.comp comp2s1)).tier = Tier.partiallyCertified := by decide +kernel
+example : (comp2s3.comp (comp2s2.comp comp2s1)).tier = Tier.empirical := by decide +kernel
 
-example : (comp2s3.comp (comp2s2.comp comp2s1)).cap = (some (335/112 : Rat)) := by decide +kernel
+example : (comp2s3.comp (comp2s2.comp comp2s1)).cap = (some (4/3 : Rat)) := by decide +kernel
 
 /-- Stage `comp3s1`. -/
 def comp3s1 :
-    Contract (Metric.perTokenL2 .atConsume) (Metric.keyResidualRel .atConsume) :=
-  mk _ _ (9/10 : Rat) (1 : Rat) (0 : Rat)
-    Tier.partiallyCertified (some (5/4 : Rat))
+    Contract (Metric.nextTokenTV .atWrite) (Metric.logitLinf .atWrite) :=
+  mk _ _ (1 : Rat) (0 : Rat) (1/1000 : Rat)
+    Tier.partiallyCertified (some (2 : Rat))
 
 /-- Stage `comp3s2`. -/
 def comp3s2 :
-    Contract (Metric.keyResidualRel .atConsume) (Metric.valueResidual .atConsume) :=
-  mk _ _ (0 : Rat) (0 : Rat) (1/500 : Rat)
-    Tier.partiallyCertified none
-
-example : (comp3s2.comp comp3s1).a = (0 : Rat) := by decide +kernel
-
-example : (comp3s2.comp comp3s1).b = (0 : Rat) := by decide +kernel
-
-example : (comp3s2.comp comp3s1).delta = (1/500 : Rat) := by decide +kernel
-
-example : (comp3s2.comp comp3s1).tier = Tier.partiallyCertified := by decide +kernel
-
-example : (comp3s2.comp comp3s1).cap = (some (5/4 : Rat)) := by decide +kernel
-
-/-- Stage `comp4s1`. -/
-def comp4s1 :
-    Contract (Metric.recurrentStateError .atWrite) (Metric.logitLinf .atWrite) :=
-  mk _ _ (0 : Rat) (0 : Rat) (1/1000 : Rat)
-    Tier.partiallyCertified (some (3 : Rat))
-
-/-- Stage `comp4s2`. -/
-def comp4s2 :
-    Contract (Metric.logitLinf .atWrite) (Metric.keyResidualAbs .atWrite) :=
+    Contract (Metric.logitLinf .atWrite) (Metric.perTokenMax .atWrite) :=
   mk _ _ (9/4 : Rat) (3 : Rat) (0 : Rat)
     Tier.partiallyCertified none
 
-example : (comp4s2.comp comp4s1).a = (0 : Rat) := by decide +kernel
+example : (comp3s2.comp comp3s1).a = (9/4 : Rat) := by decide +kernel
 
-example : (comp4s2.comp comp4s1).b = (3 : Rat) := by decide +kernel
+example : (comp3s2.comp comp3s1).b = (3 : Rat) := by decide +kernel
 
-example : (comp4s2.comp comp4s1).delta = (1/1000 : Rat) := by decide +kernel
+example : (comp3s2.comp comp3s1).delta = (1/1000 : Rat) := by decide +kernel
 
-example : (comp4s2.comp comp4s1).tier = Tier.partiallyCertified := by decide +kernel
+example : (comp3s2.comp comp3s1).tier = Tier.partiallyCertified := by decide +kernel
 
-example : (comp4s2.comp comp4s1).cap = (some (3 : Rat)) := by decide +kernel
+example : (comp3s2.comp comp3s1).cap = (some (2 : Rat)) := by decide +kernel
 
-/-- Stage `comp5s1`. -/
-def comp5s1 :
+/-- Stage `comp4s1`. -/
+def comp4s1 :
     Contract (Metric.latentResidual .atWrite) (Metric.perTokenMax .atWrite) :=
   mk _ _ (5/8 : Rat) (3/8 : Rat) (1/32 : Rat)
     Tier.certified none
 
-/-- Stage `comp5s2`. -/
-def comp5s2 :
+/-- Stage `comp4s2`. -/
+def comp4s2 :
     Contract (Metric.perTokenMax .atWrite) (Metric.attentionOutputL2 .atWrite) :=
   mk _ _ (6/5 : Rat) (0 : Rat) (1/1000 : Rat)
     Tier.empirical (some (19/5 : Rat))
 
+example : (comp4s2.comp comp4s1).a = (3/4 : Rat) := by decide +kernel
+
+example : (comp4s2.comp comp4s1).b = (9/20 : Rat) := by decide +kernel
+
+example : (comp4s2.comp comp4s1).delta = (129/4000 : Rat) := by decide +kernel
+
+example : (comp4s2.comp comp4s1).tier = Tier.empirical := by decide +kernel
+
+example : (comp4s2.comp comp4s1).cap = (some (137/25 : Rat)) := by decide +kernel
+
+/-- Stage `comp5s1`. -/
+def comp5s1 :
+    Contract (Metric.pooledError .atWrite) (Metric.residualL2 .atWrite) :=
+  mk _ _ (6 : Rat) (3/4 : Rat) (0 : Rat)
+    Tier.empirical none
+
+/-- Stage `comp5s2`. -/
+def comp5s2 :
+    Contract (Metric.residualL2 .atWrite) (Metric.latentResidual .atWrite) :=
+  mk _ _ (7/3 : Rat) (2/3 : Rat) (0 : Rat)
+    Tier.empirical none
+
 /-- Stage `comp5s3`. -/
 def comp5s3 :
-    Contract (Metric.attentionOutputL2 .atWrite) (Metric.keyResidualRel .atWrite) :=
-  mk _ _ (4/5 : Rat) (1/2 : Rat) (1/50 : Rat)
-    Tier.partiallyCertified none
+    Contract (Metric.latentResidual .atWrite) (Metric.selectorMass .atWrite) :=
+  mk _ _ (5/16 : Rat) (1/4 : Rat) (0 : Rat)
+    Tier.partiallyCertified (some (7/2 : Rat))
 
-example : (comp5s3.comp (comp5s2.comp comp5s1)).a = (3/5 : Rat) := by decide +kernel
+example : (comp5s3.comp (comp5s2.comp comp5s1)).a = (35/8 : Rat) := by decide +kernel
 
-example : (comp5s3.comp (comp5s2.comp comp5s1)).b = (43/50 : Rat) := by decide +kernel
+example : (comp5s3.comp (comp5s2.comp comp5s1)).b = (193/192 : Rat) := by decide +kernel
 
-example : (comp5s3.comp (comp5s2.comp comp5s1)).delta = (209/4000 : Rat) := by decide +kernel
+example : (comp5s3.comp (comp5s2.comp comp5s1)).delta = (0 : Rat) := by decide +kernel
 
 example : (comp5s3.comp (comp5s2.comp comp5s1)).tier = Tier.empirical := by decide +kernel
 
-example : (comp5s3.comp (comp5s2.comp comp5s1)).cap = (some (137/25 : Rat)) := by decide +kernel
+example : (comp5s3.comp (comp5s2.comp comp5s1)).cap = (some (13/168 : Rat)) := by decide +kernel
 
 /-- Stage `comp6s1`. -/
 def comp6s1 :
-    Contract (Metric.keyResidualRel .atConsume) (Metric.attentionOutputL2 .atConsume) :=
-  mk _ _ (1/2 : Rat) (4/5 : Rat) (3/100 : Rat)
-    Tier.partiallyCertified (some (20/3 : Rat))
+    Contract (Metric.logitOsc .atWrite) (Metric.perTokenMax .atWrite) :=
+  mk _ _ (0 : Rat) (3/10 : Rat) (1/64 : Rat)
+    Tier.empirical (some (9/16 : Rat))
 
 /-- Stage `comp6s2`. -/
 def comp6s2 :
-    Contract (Metric.attentionOutputL2 .atConsume) (Metric.valueResidual .atConsume) :=
-  mk _ _ (1/2 : Rat) (4 : Rat) (1/500 : Rat)
-    Tier.empirical none
+    Contract (Metric.perTokenMax .atWrite) (Metric.attentionTV .atWrite) :=
+  mk _ _ (9/4 : Rat) (3/16 : Rat) (1/100 : Rat)
+    Tier.certified none
 
-example : (comp6s2.comp comp6s1).a = (1/4 : Rat) := by decide +kernel
+example : (comp6s2.comp comp6s1).a = (0 : Rat) := by decide +kernel
 
-example : (comp6s2.comp comp6s1).b = (22/5 : Rat) := by decide +kernel
+example : (comp6s2.comp comp6s1).b = (69/80 : Rat) := by decide +kernel
 
-example : (comp6s2.comp comp6s1).delta = (4/125 : Rat) := by decide +kernel
+example : (comp6s2.comp comp6s1).delta = (41/1600 : Rat) := by decide +kernel
 
 example : (comp6s2.comp comp6s1).tier = Tier.empirical := by decide +kernel
 
-example : (comp6s2.comp comp6s1).cap = (some (20/3 : Rat)) := by decide +kernel
+example : (comp6s2.comp comp6s1).cap = (some (9/16 : Rat)) := by decide +kernel
 
 /-- Stage `comp7s1`. -/
 def comp7s1 :
-    Contract (Metric.perTokenMax .atConsume) (Metric.attentionTV .atConsume) :=
-  mk _ _ (11/16 : Rat) (0 : Rat) (3/64 : Rat)
-    Tier.partiallyCertified none
+    Contract (Metric.attentionTV .atWrite) (Metric.valueResidual .atWrite) :=
+  mk _ _ (3/8 : Rat) (3/5 : Rat) (0 : Rat)
+    Tier.certified none
 
 /-- Stage `comp7s2`. -/
 def comp7s2 :
-    Contract (Metric.attentionTV .atConsume) (Metric.recurrentStateError .atConsume) :=
-  mk _ _ (11/8 : Rat) (0 : Rat) (1/1000 : Rat)
+    Contract (Metric.valueResidual .atWrite) (Metric.valueResidual .atWrite) :=
+  mk _ _ (7/3 : Rat) (0 : Rat) (1/64 : Rat)
     Tier.empirical none
 
-example : (comp7s2.comp comp7s1).a = (121/128 : Rat) := by decide +kernel
+example : (comp7s2.comp comp7s1).a = (7/8 : Rat) := by decide +kernel
 
-example : (comp7s2.comp comp7s1).b = (0 : Rat) := by decide +kernel
+example : (comp7s2.comp comp7s1).b = (7/5 : Rat) := by decide +kernel
 
-example : (comp7s2.comp comp7s1).delta = (383/8000 : Rat) := by decide +kernel
+example : (comp7s2.comp comp7s1).delta = (1/64 : Rat) := by decide +kernel
 
 example : (comp7s2.comp comp7s1).tier = Tier.empirical := by decide +kernel
 
@@ -263,379 +263,310 @@ example : (comp7s2.comp comp7s1).cap = none := by decide +kernel
 
 /-- Stage `comp8s1`. -/
 def comp8s1 :
-    Contract (Metric.pooledError .atWrite) (Metric.keyResidualRel .atWrite) :=
-  mk _ _ (2/3 : Rat) (1/5 : Rat) (3/1000 : Rat)
-    Tier.empirical none
+    Contract (Metric.latentResidual .atWrite) (Metric.keyResidualAbs .atWrite) :=
+  mk _ _ (1 : Rat) (0 : Rat) (1/500 : Rat)
+    Tier.certified none
 
 /-- Stage `comp8s2`. -/
 def comp8s2 :
-    Contract (Metric.keyResidualRel .atWrite) (Metric.keyResidualRel .atWrite) :=
-  mk _ _ (2/5 : Rat) (0 : Rat) (1/100 : Rat)
-    Tier.partiallyCertified none
+    Contract (Metric.keyResidualAbs .atWrite) (Metric.residualL2 .atWrite) :=
+  mk _ _ (4 : Rat) (3/8 : Rat) (3/100 : Rat)
+    Tier.empirical none
 
 /-- Stage `comp8s3`. -/
 def comp8s3 :
-    Contract (Metric.keyResidualRel .atWrite) (Metric.perTokenMax .atWrite) :=
-  mk _ _ (5/3 : Rat) (0 : Rat) (3/1000 : Rat)
-    Tier.empirical (some (13 : Rat))
+    Contract (Metric.residualL2 .atWrite) (Metric.latentResidual .atWrite) :=
+  mk _ _ (3/4 : Rat) (2/5 : Rat) (1/64 : Rat)
+    Tier.empirical (some (5/2 : Rat))
 
-example : (comp8s3.comp (comp8s2.comp comp8s1)).a = (4/9 : Rat) := by decide +kernel
+example : (comp8s3.comp (comp8s2.comp comp8s1)).a = (3 : Rat) := by decide +kernel
 
-example : (comp8s3.comp (comp8s2.comp comp8s1)).b = (2/15 : Rat) := by decide +kernel
+example : (comp8s3.comp (comp8s2.comp comp8s1)).b = (109/160 : Rat) := by decide +kernel
 
-example : (comp8s3.comp (comp8s2.comp comp8s1)).delta = (2/125 : Rat) := by decide +kernel
+example : (comp8s3.comp (comp8s2.comp comp8s1)).delta = (381/8000 : Rat) := by decide +kernel
 
 example : (comp8s3.comp (comp8s2.comp comp8s1)).tier = Tier.empirical := by decide +kernel
 
-example : (comp8s3.comp (comp8s2.comp comp8s1)).cap = (some (969/20 : Rat)) := by decide +kernel
+example : (comp8s3.comp (comp8s2.comp comp8s1)).cap = (some (17/32 : Rat)) := by decide +kernel
 
 /-- Stage `comp9s1`. -/
 def comp9s1 :
-    Contract (Metric.perTokenMax .atConsume) (Metric.attentionOutputL2 .atConsume) :=
-  mk _ _ (11/10 : Rat) (5/16 : Rat) (3/100 : Rat)
-    Tier.empirical none
+    Contract (Metric.perTokenL2 .atWrite) (Metric.logitLinf .atWrite) :=
+  mk _ _ (2/3 : Rat) (3/2 : Rat) (3/1000 : Rat)
+    Tier.partiallyCertified none
 
 /-- Stage `comp9s2`. -/
 def comp9s2 :
-    Contract (Metric.attentionOutputL2 .atConsume) (Metric.keyResidualAbs .atConsume) :=
-  mk _ _ (9/16 : Rat) (0 : Rat) (1/500 : Rat)
-    Tier.empirical none
+    Contract (Metric.logitLinf .atWrite) (Metric.nextTokenTV .atWrite) :=
+  mk _ _ (1/4 : Rat) (0 : Rat) (1/1000 : Rat)
+    Tier.partiallyCertified (some (19/8 : Rat))
 
-example : (comp9s2.comp comp9s1).a = (99/160 : Rat) := by decide +kernel
+example : (comp9s2.comp comp9s1).a = (1/6 : Rat) := by decide +kernel
 
-example : (comp9s2.comp comp9s1).b = (45/256 : Rat) := by decide +kernel
+example : (comp9s2.comp comp9s1).b = (3/8 : Rat) := by decide +kernel
 
-example : (comp9s2.comp comp9s1).delta = (4/125 : Rat) := by decide +kernel
+example : (comp9s2.comp comp9s1).delta = (1/250 : Rat) := by decide +kernel
 
-example : (comp9s2.comp comp9s1).tier = Tier.empirical := by decide +kernel
+example : (comp9s2.comp comp9s1).tier = Tier.partiallyCertified := by decide +kernel
 
-example : (comp9s2.comp comp9s1).cap = none := by decide +kernel
+example : (comp9s2.comp comp9s1).cap = (some (21/16 : Rat)) := by decide +kernel
 
 /-- Stage `comp10s1`. -/
 def comp10s1 :
-    Contract (Metric.attentionOutputL2 .atConsume) (Metric.logitLinf .atConsume) :=
-  mk _ _ (8/3 : Rat) (1/2 : Rat) (0 : Rat)
-    Tier.empirical none
+    Contract (Metric.perTokenL2 .atWrite) (Metric.pooledError .atWrite) :=
+  mk _ _ (7 : Rat) (3/10 : Rat) (0 : Rat)
+    Tier.empirical (some (19/2 : Rat))
 
 /-- Stage `comp10s2`. -/
 def comp10s2 :
-    Contract (Metric.logitLinf .atConsume) (Metric.keyResidualRel .atConsume) :=
-  mk _ _ (4 : Rat) (3/8 : Rat) (3/100 : Rat)
-    Tier.empirical (some (1/2 : Rat))
+    Contract (Metric.pooledError .atWrite) (Metric.logitLinf .atWrite) :=
+  mk _ _ (9/8 : Rat) (1/8 : Rat) (3/64 : Rat)
+    Tier.partiallyCertified (some (11/10 : Rat))
 
-example : (comp10s2.comp comp10s1).a = (32/3 : Rat) := by decide +kernel
+example : (comp10s2.comp comp10s1).a = (63/8 : Rat) := by decide +kernel
 
-example : (comp10s2.comp comp10s1).b = (19/8 : Rat) := by decide +kernel
+example : (comp10s2.comp comp10s1).b = (37/80 : Rat) := by decide +kernel
 
-example : (comp10s2.comp comp10s1).delta = (3/100 : Rat) := by decide +kernel
+example : (comp10s2.comp comp10s1).delta = (3/64 : Rat) := by decide +kernel
 
 example : (comp10s2.comp comp10s1).tier = Tier.empirical := by decide +kernel
 
-example : (comp10s2.comp comp10s1).cap = (some (0 : Rat)) := by decide +kernel
+example : (comp10s2.comp comp10s1).cap = (some (4/35 : Rat)) := by decide +kernel
 
 /-- Stage `comp11s1`. -/
 def comp11s1 :
-    Contract (Metric.selectorMass .atConsume) (Metric.recurrentStateError .atConsume) :=
-  mk _ _ (9/10 : Rat) (0 : Rat) (3/100 : Rat)
-    Tier.partiallyCertified (some (2 : Rat))
-
-/-- Stage `comp11s2`. -/
-def comp11s2 :
-    Contract (Metric.recurrentStateError .atConsume) (Metric.attentionTV .atConsume) :=
+    Contract (Metric.keyResidualAbs .atWrite) (Metric.attentionOutputL2 .atWrite) :=
   mk _ _ (3/10 : Rat) (1/16 : Rat) (1/100 : Rat)
     Tier.partiallyCertified (some (4 : Rat))
 
-/-- Stage `comp11s3`. -/
-def comp11s3 :
-    Contract (Metric.attentionTV .atConsume) (Metric.logitOsc .atConsume) :=
+/-- Stage `comp11s2`. -/
+def comp11s2 :
+    Contract (Metric.attentionOutputL2 .atWrite) (Metric.keyResidualRel .atWrite) :=
   mk _ _ (5 : Rat) (1/2 : Rat) (1/1000 : Rat)
     Tier.partiallyCertified none
 
-example : (comp11s3.comp (comp11s2.comp comp11s1)).a = (27/20 : Rat) := by decide +kernel
+/-- Stage `comp11s3`. -/
+def comp11s3 :
+    Contract (Metric.keyResidualRel .atWrite) (Metric.logitLinf .atWrite) :=
+  mk _ _ (7/16 : Rat) (3/8 : Rat) (0 : Rat)
+    Tier.partiallyCertified (some (3 : Rat))
 
-example : (comp11s3.comp (comp11s2.comp comp11s1)).b = (13/16 : Rat) := by decide +kernel
+example : (comp11s3.comp (comp11s2.comp comp11s1)).a = (21/32 : Rat) := by decide +kernel
 
-example : (comp11s3.comp (comp11s2.comp comp11s1)).delta = (41/1000 : Rat) := by decide +kernel
+example : (comp11s3.comp (comp11s2.comp comp11s1)).b = (187/256 : Rat) := by decide +kernel
+
+example : (comp11s3.comp (comp11s2.comp comp11s1)).delta = (11/1000 : Rat) := by decide +kernel
 
 example :
     (comp11s3.comp (comp11s2.comp comp11s1)).tier =
       Tier.partiallyCertified := by
   decide +kernel
 
-example : (comp11s3.comp (comp11s2.comp comp11s1)).cap = (some (2 : Rat)) := by decide +kernel
+example : (comp11s3.comp (comp11s2.comp comp11s1)).cap = (some (35/24 : Rat)) := by decide +kernel
 
 /-- Stage `comp12s1`. -/
 def comp12s1 :
-    Contract (Metric.attentionOutputL2 .atConsume) (Metric.recurrentStateError .atConsume) :=
-  mk _ _ (5/2 : Rat) (0 : Rat) (1/64 : Rat)
-    Tier.partiallyCertified (some (15/16 : Rat))
+    Contract (Metric.perTokenMax .atWrite) (Metric.residualL2 .atWrite) :=
+  mk _ _ (5/2 : Rat) (1/4 : Rat) (1/32 : Rat)
+    Tier.empirical (some (1/3 : Rat))
 
 /-- Stage `comp12s2`. -/
 def comp12s2 :
-    Contract (Metric.recurrentStateError .atConsume) (Metric.logitOsc .atConsume) :=
-  mk _ _ (1/4 : Rat) (2 : Rat) (1/500 : Rat)
-    Tier.partiallyCertified (some (6 : Rat))
+    Contract (Metric.residualL2 .atWrite) (Metric.logitLinf .atWrite) :=
+  mk _ _ (3 : Rat) (3/5 : Rat) (1/100 : Rat)
+    Tier.certified none
 
-example : (comp12s2.comp comp12s1).a = (5/8 : Rat) := by decide +kernel
+example : (comp12s2.comp comp12s1).a = (15/2 : Rat) := by decide +kernel
 
-example : (comp12s2.comp comp12s1).b = (2 : Rat) := by decide +kernel
+example : (comp12s2.comp comp12s1).b = (27/20 : Rat) := by decide +kernel
 
-example : (comp12s2.comp comp12s1).delta = (141/8000 : Rat) := by decide +kernel
+example : (comp12s2.comp comp12s1).delta = (33/800 : Rat) := by decide +kernel
 
-example : (comp12s2.comp comp12s1).tier = Tier.partiallyCertified := by decide +kernel
+example : (comp12s2.comp comp12s1).tier = Tier.empirical := by decide +kernel
 
-example : (comp12s2.comp comp12s1).cap = (some (15/16 : Rat)) := by decide +kernel
+example : (comp12s2.comp comp12s1).cap = (some (1/3 : Rat)) := by decide +kernel
 
 /-- Stage `comp13s1`. -/
 def comp13s1 :
-    Contract (Metric.keyResidualAbs .atWrite) (Metric.latentResidual .atWrite) :=
-  mk _ _ (1/3 : Rat) (3/4 : Rat) (1/64 : Rat)
-    Tier.partiallyCertified (some (7/2 : Rat))
+    Contract (Metric.latentResidual .atConsume) (Metric.valueResidual .atConsume) :=
+  mk _ _ (7 : Rat) (1 : Rat) (1/64 : Rat)
+    Tier.partiallyCertified (some (16/3 : Rat))
 
 /-- Stage `comp13s2`. -/
 def comp13s2 :
-    Contract (Metric.latentResidual .atWrite) (Metric.logitLinf .atWrite) :=
-  mk _ _ (8/3 : Rat) (3 : Rat) (1/50 : Rat)
-    Tier.certified none
+    Contract (Metric.valueResidual .atConsume) (Metric.nextTokenTV .atConsume) :=
+  mk _ _ (11/5 : Rat) (5/3 : Rat) (1/64 : Rat)
+    Tier.empirical none
 
-example : (comp13s2.comp comp13s1).a = (8/9 : Rat) := by decide +kernel
+example : (comp13s2.comp comp13s1).a = (77/5 : Rat) := by decide +kernel
 
-example : (comp13s2.comp comp13s1).b = (5 : Rat) := by decide +kernel
+example : (comp13s2.comp comp13s1).b = (58/15 : Rat) := by decide +kernel
 
-example : (comp13s2.comp comp13s1).delta = (57/1600 : Rat) := by decide +kernel
+example : (comp13s2.comp comp13s1).delta = (1/32 : Rat) := by decide +kernel
 
-example : (comp13s2.comp comp13s1).tier = Tier.partiallyCertified := by decide +kernel
+example : (comp13s2.comp comp13s1).tier = Tier.empirical := by decide +kernel
 
-example : (comp13s2.comp comp13s1).cap = (some (7/2 : Rat)) := by decide +kernel
+example : (comp13s2.comp comp13s1).cap = (some (16/3 : Rat)) := by decide +kernel
 
 /-- Stage `comp14s1`. -/
 def comp14s1 :
-    Contract (Metric.perTokenL2 .atConsume) (Metric.attentionOutputL2 .atConsume) :=
-  mk _ _ (5 : Rat) (1/5 : Rat) (1/50 : Rat)
-    Tier.partiallyCertified none
+    Contract (Metric.pooledError .atWrite) (Metric.attentionTV .atWrite) :=
+  mk _ _ (7/4 : Rat) (0 : Rat) (3/1000 : Rat)
+    Tier.partiallyCertified (some (15/16 : Rat))
 
 /-- Stage `comp14s2`. -/
 def comp14s2 :
-    Contract (Metric.attentionOutputL2 .atConsume) (Metric.perTokenL2 .atConsume) :=
-  mk _ _ (9/10 : Rat) (1/2 : Rat) (3/1000 : Rat)
-    Tier.partiallyCertified (some (9/16 : Rat))
+    Contract (Metric.attentionTV .atWrite) (Metric.nextTokenTV .atWrite) :=
+  mk _ _ (5/8 : Rat) (5/8 : Rat) (0 : Rat)
+    Tier.partiallyCertified none
 
 /-- Stage `comp14s3`. -/
 def comp14s3 :
-    Contract (Metric.perTokenL2 .atConsume) (Metric.attentionTV .atConsume) :=
-  mk _ _ (7/2 : Rat) (5/2 : Rat) (1/64 : Rat)
-    Tier.partiallyCertified (some (13/16 : Rat))
+    Contract (Metric.nextTokenTV .atWrite) (Metric.latentResidual .atWrite) :=
+  mk _ _ (5 : Rat) (3/4 : Rat) (1/500 : Rat)
+    Tier.empirical (some (1 : Rat))
 
-example : (comp14s3.comp (comp14s2.comp comp14s1)).a = (63/4 : Rat) := by decide +kernel
+example : (comp14s3.comp (comp14s2.comp comp14s1)).a = (175/32 : Rat) := by decide +kernel
 
-example : (comp14s3.comp (comp14s2.comp comp14s1)).b = (122/25 : Rat) := by decide +kernel
+example : (comp14s3.comp (comp14s2.comp comp14s1)).b = (31/8 : Rat) := by decide +kernel
 
-example : (comp14s3.comp (comp14s2.comp comp14s1)).delta = (309/8000 : Rat) := by decide +kernel
+example : (comp14s3.comp (comp14s2.comp comp14s1)).delta = (1/200 : Rat) := by decide +kernel
 
-example :
-    (comp14s3.comp (comp14s2.comp comp14s1)).tier =
-      Tier.partiallyCertified := by
-  decide +kernel
+example : (comp14s3.comp (comp14s2.comp comp14s1)).tier = Tier.empirical := by decide +kernel
 
-example : (comp14s3.comp (comp14s2.comp comp14s1)).cap = (some (53/1800 : Rat)) := by decide +kernel
+example : (comp14s3.comp (comp14s2.comp comp14s1)).cap = (some (12/35 : Rat)) := by decide +kernel
 
 /-- Stage `comp15s1`. -/
 def comp15s1 :
-    Contract (Metric.valueResidual .atWrite) (Metric.latentResidual .atWrite) :=
-  mk _ _ (10 : Rat) (3/2 : Rat) (1/32 : Rat)
-    Tier.empirical none
-
-/-- Stage `comp15s2`. -/
-def comp15s2 :
-    Contract (Metric.latentResidual .atWrite) (Metric.recurrentStateError .atWrite) :=
+    Contract (Metric.residualL2 .atConsume) (Metric.latentResidual .atConsume) :=
   mk _ _ (8 : Rat) (0 : Rat) (0 : Rat)
     Tier.empirical (some (8/5 : Rat))
 
-example : (comp15s2.comp comp15s1).a = (80 : Rat) := by decide +kernel
+/-- Stage `comp15s2`. -/
+def comp15s2 :
+    Contract (Metric.latentResidual .atConsume) (Metric.latentResidual .atConsume) :=
+  mk _ _ (9/4 : Rat) (1/5 : Rat) (1/1000 : Rat)
+    Tier.certified none
 
-example : (comp15s2.comp comp15s1).b = (12 : Rat) := by decide +kernel
+example : (comp15s2.comp comp15s1).a = (18 : Rat) := by decide +kernel
 
-example : (comp15s2.comp comp15s1).delta = (1/32 : Rat) := by decide +kernel
+example : (comp15s2.comp comp15s1).b = (1/5 : Rat) := by decide +kernel
+
+example : (comp15s2.comp comp15s1).delta = (1/1000 : Rat) := by decide +kernel
 
 example : (comp15s2.comp comp15s1).tier = Tier.empirical := by decide +kernel
 
-example : (comp15s2.comp comp15s1).cap = (some (1/100 : Rat)) := by decide +kernel
+example : (comp15s2.comp comp15s1).cap = (some (8/5 : Rat)) := by decide +kernel
 
 /-- Stage `comp16s1`. -/
 def comp16s1 :
-    Contract (Metric.keyResidualRel .atWrite) (Metric.recurrentStateError .atWrite) :=
-  mk _ _ (3/16 : Rat) (0 : Rat) (0 : Rat)
-    Tier.certified none
-
-/-- Stage `comp16s2`. -/
-def comp16s2 :
-    Contract (Metric.recurrentStateError .atWrite) (Metric.logitLinf .atWrite) :=
+    Contract (Metric.keyResidualRel .atConsume) (Metric.keyResidualAbs .atConsume) :=
   mk _ _ (9/8 : Rat) (1 : Rat) (1/100 : Rat)
     Tier.partiallyCertified (some (4/5 : Rat))
 
-example : (comp16s2.comp comp16s1).a = (27/128 : Rat) := by decide +kernel
+/-- Stage `comp16s2`. -/
+def comp16s2 :
+    Contract (Metric.keyResidualAbs .atConsume) (Metric.residualL2 .atConsume) :=
+  mk _ _ (8 : Rat) (3/4 : Rat) (1/64 : Rat)
+    Tier.partiallyCertified (some (16/5 : Rat))
 
-example : (comp16s2.comp comp16s1).b = (1 : Rat) := by decide +kernel
+example : (comp16s2.comp comp16s1).a = (9 : Rat) := by decide +kernel
 
-example : (comp16s2.comp comp16s1).delta = (1/100 : Rat) := by decide +kernel
+example : (comp16s2.comp comp16s1).b = (35/4 : Rat) := by decide +kernel
+
+example : (comp16s2.comp comp16s1).delta = (41/1600 : Rat) := by decide +kernel
 
 example : (comp16s2.comp comp16s1).tier = Tier.partiallyCertified := by decide +kernel
 
-example : (comp16s2.comp comp16s1).cap = (some (64/15 : Rat)) := by decide +kernel
+example : (comp16s2.comp comp16s1).cap = (some (4/5 : Rat)) := by decide +kernel
 
 /-- Stage `comp17s1`. -/
 def comp17s1 :
-    Contract (Metric.logitLinf .atWrite) (Metric.pooledError .atWrite) :=
-  mk _ _ (1 : Rat) (0 : Rat) (1/64 : Rat)
-    Tier.empirical none
+    Contract (Metric.attentionOutputL2 .atConsume) (Metric.selectorMass .atConsume) :=
+  mk _ _ (1/4 : Rat) (0 : Rat) (3/100 : Rat)
+    Tier.partiallyCertified (some (3/4 : Rat))
 
 /-- Stage `comp17s2`. -/
 def comp17s2 :
-    Contract (Metric.pooledError .atWrite) (Metric.logitLinf .atWrite) :=
-  mk _ _ (6/5 : Rat) (1 : Rat) (1/1000 : Rat)
-    Tier.empirical none
+    Contract (Metric.selectorMass .atConsume) (Metric.keyResidualRel .atConsume) :=
+  mk _ _ (0 : Rat) (3/8 : Rat) (1/500 : Rat)
+    Tier.partiallyCertified (some (5/2 : Rat))
 
 /-- Stage `comp17s3`. -/
 def comp17s3 :
-    Contract (Metric.logitLinf .atWrite) (Metric.attentionTV .atWrite) :=
-  mk _ _ (0 : Rat) (0 : Rat) (0 : Rat)
-    Tier.partiallyCertified (some (17/2 : Rat))
+    Contract (Metric.keyResidualRel .atConsume) (Metric.keyResidualRel .atConsume) :=
+  mk _ _ (3/16 : Rat) (1/2 : Rat) (0 : Rat)
+    Tier.partiallyCertified (some (3 : Rat))
 
 example : (comp17s3.comp (comp17s2.comp comp17s1)).a = (0 : Rat) := by decide +kernel
 
-example : (comp17s3.comp (comp17s2.comp comp17s1)).b = (0 : Rat) := by decide +kernel
+example : (comp17s3.comp (comp17s2.comp comp17s1)).b = (73/128 : Rat) := by decide +kernel
 
-example : (comp17s3.comp (comp17s2.comp comp17s1)).delta = (133/8000 : Rat) := by decide +kernel
+example : (comp17s3.comp (comp17s2.comp comp17s1)).delta = (4/125 : Rat) := by decide +kernel
 
-example : (comp17s3.comp (comp17s2.comp comp17s1)).tier = Tier.empirical := by decide +kernel
+example :
+    (comp17s3.comp (comp17s2.comp comp17s1)).tier =
+      Tier.partiallyCertified := by
+  decide +kernel
 
-example : (comp17s3.comp (comp17s2.comp comp17s1)).cap = (some (25/4 : Rat)) := by decide +kernel
+example : (comp17s3.comp (comp17s2.comp comp17s1)).cap = (some (3/4 : Rat)) := by decide +kernel
 
 /-! ### Tier meets and decisions -/
 
 example :
-    (Tier.weakest .saturated (Tier.weakest .certified .certified)) =
+    (Tier.weakest .empirical (Tier.weakest .saturated .empirical)) =
       Tier.saturated := by
   decide +kernel
 
 example :
-    (Tier.weakest .partiallyCertified (Tier.weakest .partiallyCertified .partiallyCertified)) =
-      Tier.partiallyCertified := by
+    (Tier.weakest .certified (Tier.weakest .partiallyCertified .saturated)) =
+      Tier.saturated := by
+  decide +kernel
+
+example : (Tier.weakest .saturated .certified) = Tier.saturated := by decide +kernel
+
+example :
+    (Tier.weakest .empirical (Tier.weakest .saturated .empirical)) =
+      Tier.saturated := by
   decide +kernel
 
 example :
     (Tier.weakest .partiallyCertified .certified) =
       Tier.partiallyCertified := by
+  decide +kernel
+
+example : (Tier.weakest .empirical .saturated) = Tier.saturated := by decide +kernel
+
+example : (Tier.weakest .empirical .partiallyCertified) = Tier.empirical := by decide +kernel
+
+example : (Tier.weakest .certified .saturated) = Tier.saturated := by decide +kernel
+
+example : (Tier.weakest .saturated .certified) = Tier.saturated := by decide +kernel
+
+example :
+    (Tier.weakest .empirical (Tier.weakest .certified .saturated)) =
+      Tier.saturated := by
+  decide +kernel
+
+example :
+    (Tier.weakest .empirical (Tier.weakest .partiallyCertified .saturated)) =
+      Tier.saturated := by
+  decide +kernel
+
+example : (Tier.weakest .certified .certified) = Tier.certified := by decide +kernel
+
+example : (Tier.weakest .saturated .empirical) = Tier.saturated := by decide +kernel
+
+example : (Tier.weakest .partiallyCertified .saturated) = Tier.saturated := by decide +kernel
+
+example :
+    (Tier.weakest .certified (Tier.weakest .saturated .certified)) =
+      Tier.saturated := by
   decide +kernel
 
 example :
     (Tier.weakest .partiallyCertified (Tier.weakest .certified .certified)) =
       Tier.partiallyCertified := by
-  decide +kernel
-
-example : (Tier.weakest .saturated .empirical) = Tier.saturated := by decide +kernel
-
-example :
-    (Tier.weakest .partiallyCertified (Tier.weakest .certified .saturated)) =
-      Tier.saturated := by
-  decide +kernel
-
-example : (Tier.weakest .certified .saturated) = Tier.saturated := by decide +kernel
-
-example : (Tier.weakest .partiallyCertified .saturated) = Tier.saturated := by decide +kernel
-
-example :
-    (Tier.weakest .certified (Tier.weakest .partiallyCertified .certified)) =
-      Tier.partiallyCertified := by
-  decide +kernel
-
-example :
-    (Tier.weakest .saturated (Tier.weakest .empirical .saturated)) =
-      Tier.saturated := by
-  decide +kernel
-
-example : (Tier.weakest .certified .empirical) = Tier.empirical := by decide +kernel
-
-example : (Tier.weakest .saturated .certified) = Tier.saturated := by decide +kernel
-
-example :
-    (Tier.weakest .partiallyCertified (Tier.weakest .empirical .saturated)) =
-      Tier.saturated := by
-  decide +kernel
-
-example :
-    (Tier.weakest .partiallyCertified .certified) =
-      Tier.partiallyCertified := by
-  decide +kernel
-
-example :
-    (Tier.weakest .saturated (Tier.weakest .empirical .saturated)) =
-      Tier.saturated := by
-  decide +kernel
-
-example :
-    (Tier.weakest .certified (Tier.weakest .empirical .saturated)) =
-      Tier.saturated := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.measurement (some (3/2 : Rat)) (some (1 : Rat)) =
-      Tier.empirical := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.restricted (some (15/8 : Rat)) (some (2 : Rat)) =
-      Tier.partiallyCertified := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.proof (some (31/8 : Rat)) (some (4 : Rat)) =
-      Tier.certified := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.restricted (some (35/8 : Rat)) (some (4 : Rat)) =
-      Tier.saturated := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.proof (some (11/8 : Rat)) (some (1 : Rat)) =
-      Tier.saturated := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.restricted (some (0 : Rat)) (some (1/2 : Rat)) =
-      Tier.partiallyCertified := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.restricted (some (0 : Rat)) (some (1/2 : Rat)) =
-      Tier.partiallyCertified := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.measurement (some (3/4 : Rat)) (some (1/2 : Rat)) =
-      Tier.empirical := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.proof (some (15/4 : Rat)) (some (4 : Rat)) =
-      Tier.certified := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.proof (some (19/8 : Rat)) (some (2 : Rat)) =
-      Tier.saturated := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.restricted (some (35/8 : Rat)) (some (4 : Rat)) =
-      Tier.saturated := by
-  decide +kernel
-
-example :
-    Tier.decideTier Evidence.restricted (some (11/8 : Rat)) (some (1 : Rat)) =
-      Tier.saturated := by
   decide +kernel
 
 example :
@@ -656,6 +587,66 @@ example :
 example :
     Tier.decideTier Evidence.proof (some (3/4 : Rat)) (some (1 : Rat)) =
       Tier.certified := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.restricted (some (29/8 : Rat)) (some (4 : Rat)) =
+      Tier.partiallyCertified := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.restricted (some (3/4 : Rat)) (some (1/2 : Rat)) =
+      Tier.saturated := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.proof (some (1/4 : Rat)) (some (1/2 : Rat)) =
+      Tier.certified := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.measurement (some (5/8 : Rat)) (some (1 : Rat)) =
+      Tier.empirical := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.proof (some (7/4 : Rat)) (some (2 : Rat)) =
+      Tier.certified := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.restricted (some (31/8 : Rat)) (some (4 : Rat)) =
+      Tier.partiallyCertified := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.restricted (some (15/8 : Rat)) (some (2 : Rat)) =
+      Tier.partiallyCertified := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.measurement (some (11/8 : Rat)) (some (1 : Rat)) =
+      Tier.empirical := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.restricted (some (7/8 : Rat)) (some (1 : Rat)) =
+      Tier.partiallyCertified := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.measurement (some (7/8 : Rat)) (some (1 : Rat)) =
+      Tier.empirical := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.restricted (some (7/8 : Rat)) (some (1 : Rat)) =
+      Tier.partiallyCertified := by
+  decide +kernel
+
+example :
+    Tier.decideTier Evidence.restricted (some (2 : Rat)) (some (2 : Rat)) =
+      Tier.saturated := by
   decide +kernel
 
 /-! ### Metric saturations -/
@@ -712,275 +703,216 @@ example : (Metric.pooledError .atWrite).saturation = none := by decide +kernel
 
 example : (Metric.pooledError .atConsume).saturation = none := by decide +kernel
 
+example : (Metric.residualL2 .atWrite).saturation = none := by decide +kernel
+
+example : (Metric.residualL2 .atConsume).saturation = none := by decide +kernel
+
+example : (Metric.nextTokenTV .atWrite).saturation = (some (1 : Rat)) := by decide +kernel
+
+example : (Metric.nextTokenTV .atConsume).saturation = (some (1 : Rat)) := by decide +kernel
+
 /-! ### Telescoping budget -/
 
 example :
-    ((List.range 1).map (Ledger.telescopeDelta (57/128 : Rat))).sum =
-      (57/256 : Rat) := by
+    ((List.range 2).map (Ledger.telescopeDelta (55/128 : Rat))).sum =
+      (55/192 : Rat) := by
   decide +kernel
 
-example : Ledger.spent (57/128 : Rat) 1 = (57/256 : Rat) := by decide +kernel
+example : Ledger.spent (55/128 : Rat) 2 = (55/192 : Rat) := by decide +kernel
 
-example : Ledger.spent (57/128 : Rat) 1 < (57/128 : Rat) := by decide +kernel
+example : Ledger.spent (55/128 : Rat) 2 < (55/128 : Rat) := by decide +kernel
 
-example : Ledger.telescopeDelta (57/128 : Rat) 0 = (57/256 : Rat) := by decide +kernel
+example : Ledger.telescopeDelta (55/128 : Rat) 0 = (55/256 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (55/128 : Rat) 1 = (55/768 : Rat) := by decide +kernel
 
 example :
-    ((List.range 1).map (Ledger.telescopeDelta (3/250 : Rat))).sum =
-      (3/500 : Rat) := by
+    ((List.range 5).map (Ledger.telescopeDelta (9/32 : Rat))).sum =
+      (15/64 : Rat) := by
   decide +kernel
 
-example : Ledger.spent (3/250 : Rat) 1 = (3/500 : Rat) := by decide +kernel
+example : Ledger.spent (9/32 : Rat) 5 = (15/64 : Rat) := by decide +kernel
 
-example : Ledger.spent (3/250 : Rat) 1 < (3/250 : Rat) := by decide +kernel
+example : Ledger.spent (9/32 : Rat) 5 < (9/32 : Rat) := by decide +kernel
 
-example : Ledger.telescopeDelta (3/250 : Rat) 0 = (3/500 : Rat) := by decide +kernel
+example : Ledger.telescopeDelta (9/32 : Rat) 0 = (9/64 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (9/32 : Rat) 4 = (3/320 : Rat) := by decide +kernel
 
 example :
-    ((List.range 3).map (Ledger.telescopeDelta (57/1000 : Rat))).sum =
-      (171/4000 : Rat) := by
+    ((List.range 11).map (Ledger.telescopeDelta (25/64 : Rat))).sum =
+      (275/768 : Rat) := by
   decide +kernel
 
-example : Ledger.spent (57/1000 : Rat) 3 = (171/4000 : Rat) := by decide +kernel
+example : Ledger.spent (25/64 : Rat) 11 = (275/768 : Rat) := by decide +kernel
 
-example : Ledger.spent (57/1000 : Rat) 3 < (57/1000 : Rat) := by decide +kernel
+example : Ledger.spent (25/64 : Rat) 11 < (25/64 : Rat) := by decide +kernel
 
-example : Ledger.telescopeDelta (57/1000 : Rat) 0 = (57/2000 : Rat) := by decide +kernel
+example : Ledger.telescopeDelta (25/64 : Rat) 0 = (25/128 : Rat) := by decide +kernel
 
-example : Ledger.telescopeDelta (57/1000 : Rat) 2 = (19/4000 : Rat) := by decide +kernel
-
-example :
-    ((List.range 2).map (Ledger.telescopeDelta (11/500 : Rat))).sum =
-      (11/750 : Rat) := by
-  decide +kernel
-
-example : Ledger.spent (11/500 : Rat) 2 = (11/750 : Rat) := by decide +kernel
-
-example : Ledger.spent (11/500 : Rat) 2 < (11/500 : Rat) := by decide +kernel
-
-example : Ledger.telescopeDelta (11/500 : Rat) 0 = (11/1000 : Rat) := by decide +kernel
-
-example : Ledger.telescopeDelta (11/500 : Rat) 1 = (11/3000 : Rat) := by decide +kernel
+example : Ledger.telescopeDelta (25/64 : Rat) 10 = (25/8448 : Rat) := by decide +kernel
 
 example :
-    ((List.range 2).map (Ledger.telescopeDelta (17/25 : Rat))).sum =
-      (34/75 : Rat) := by
-  decide +kernel
-
-example : Ledger.spent (17/25 : Rat) 2 = (34/75 : Rat) := by decide +kernel
-
-example : Ledger.spent (17/25 : Rat) 2 < (17/25 : Rat) := by decide +kernel
-
-example : Ledger.telescopeDelta (17/25 : Rat) 0 = (17/50 : Rat) := by decide +kernel
-
-example : Ledger.telescopeDelta (17/25 : Rat) 1 = (17/150 : Rat) := by decide +kernel
-
-example :
-    ((List.range 10).map (Ledger.telescopeDelta (11/100 : Rat))).sum =
-      (1/10 : Rat) := by
-  decide +kernel
-
-example : Ledger.spent (11/100 : Rat) 10 = (1/10 : Rat) := by decide +kernel
-
-example : Ledger.spent (11/100 : Rat) 10 < (11/100 : Rat) := by decide +kernel
-
-example : Ledger.telescopeDelta (11/100 : Rat) 0 = (11/200 : Rat) := by decide +kernel
-
-example : Ledger.telescopeDelta (11/100 : Rat) 9 = (1/1000 : Rat) := by decide +kernel
-
-example :
-    ((List.range 2).map (Ledger.telescopeDelta (9/125 : Rat))).sum =
-      (6/125 : Rat) := by
-  decide +kernel
-
-example : Ledger.spent (9/125 : Rat) 2 = (6/125 : Rat) := by decide +kernel
-
-example : Ledger.spent (9/125 : Rat) 2 < (9/125 : Rat) := by decide +kernel
-
-example : Ledger.telescopeDelta (9/125 : Rat) 0 = (9/250 : Rat) := by decide +kernel
-
-example : Ledger.telescopeDelta (9/125 : Rat) 1 = (3/250 : Rat) := by decide +kernel
-
-example :
-    ((List.range 0).map (Ledger.telescopeDelta (1/2 : Rat))).sum =
+    ((List.range 0).map (Ledger.telescopeDelta (9/25 : Rat))).sum =
       (0 : Rat) := by
   decide +kernel
 
-example : Ledger.spent (1/2 : Rat) 0 = (0 : Rat) := by decide +kernel
+example : Ledger.spent (9/25 : Rat) 0 = (0 : Rat) := by decide +kernel
 
-example : Ledger.spent (1/2 : Rat) 0 < (1/2 : Rat) := by decide +kernel
+example : Ledger.spent (9/25 : Rat) 0 < (9/25 : Rat) := by decide +kernel
+
+example :
+    ((List.range 11).map (Ledger.telescopeDelta (18/25 : Rat))).sum =
+      (33/50 : Rat) := by
+  decide +kernel
+
+example : Ledger.spent (18/25 : Rat) 11 = (33/50 : Rat) := by decide +kernel
+
+example : Ledger.spent (18/25 : Rat) 11 < (18/25 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (18/25 : Rat) 0 = (9/25 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (18/25 : Rat) 10 = (3/550 : Rat) := by decide +kernel
+
+example :
+    ((List.range 3).map (Ledger.telescopeDelta (37/50 : Rat))).sum =
+      (111/200 : Rat) := by
+  decide +kernel
+
+example : Ledger.spent (37/50 : Rat) 3 = (111/200 : Rat) := by decide +kernel
+
+example : Ledger.spent (37/50 : Rat) 3 < (37/50 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (37/50 : Rat) 0 = (37/100 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (37/50 : Rat) 2 = (37/600 : Rat) := by decide +kernel
+
+example :
+    ((List.range 8).map (Ledger.telescopeDelta (1/50 : Rat))).sum =
+      (4/225 : Rat) := by
+  decide +kernel
+
+example : Ledger.spent (1/50 : Rat) 8 = (4/225 : Rat) := by decide +kernel
+
+example : Ledger.spent (1/50 : Rat) 8 < (1/50 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (1/50 : Rat) 0 = (1/100 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (1/50 : Rat) 7 = (1/3600 : Rat) := by decide +kernel
+
+example :
+    ((List.range 3).map (Ledger.telescopeDelta (25/64 : Rat))).sum =
+      (75/256 : Rat) := by
+  decide +kernel
+
+example : Ledger.spent (25/64 : Rat) 3 = (75/256 : Rat) := by decide +kernel
+
+example : Ledger.spent (25/64 : Rat) 3 < (25/64 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (25/64 : Rat) 0 = (25/128 : Rat) := by decide +kernel
+
+example : Ledger.telescopeDelta (25/64 : Rat) 2 = (25/768 : Rat) := by decide +kernel
 
 /-! ### Pooling, max caliber -/
 
 /-- Weights and errors `pool0`. -/
 def pool0 : List (Rat × Rat) :=
-  [((5/8 : Rat), (3/8 : Rat)),
-    ((1 : Rat), (-(1/8) : Rat))]
+  [((1 : Rat), (-(5/16) : Rat)),
+    ((1/8 : Rat), (-(3/8) : Rat)),
+    ((1/8 : Rat), (-(5/16) : Rat))]
 
-example : (pool0.map Prod.fst).sum = (13/8 : Rat) := by decide +kernel
+example : (pool0.map Prod.fst).sum = (5/4 : Rat) := by decide +kernel
 
-example : Bridges.abs (Bridges.dot pool0) ≤ (13/8 : Rat) * (3/8 : Rat) := by decide +kernel
+example : Bridges.abs (Bridges.dot pool0) ≤ (5/4 : Rat) * (3/8 : Rat) := by decide +kernel
 
 /-- Weights and errors `pool1`. -/
 def pool1 : List (Rat × Rat) :=
-  [((1/2 : Rat), (-(1/8) : Rat)),
-    ((7/8 : Rat), (-(1/8) : Rat)),
-    ((7/8 : Rat), (-(15/16) : Rat)),
-    ((3/4 : Rat), (-(1/16) : Rat)),
-    ((1/4 : Rat), (7/8 : Rat)),
-    ((0 : Rat), (7/16 : Rat))]
+  [((7/8 : Rat), (0 : Rat)),
+    ((3/8 : Rat), (-(1/4) : Rat)),
+    ((0 : Rat), (1/2 : Rat)),
+    ((3/8 : Rat), (3/8 : Rat)),
+    ((5/8 : Rat), (-(11/16) : Rat))]
 
-example : (pool1.map Prod.fst).sum = (13/4 : Rat) := by decide +kernel
+example : (pool1.map Prod.fst).sum = (9/4 : Rat) := by decide +kernel
 
-example : Bridges.abs (Bridges.dot pool1) ≤ (13/4 : Rat) * (15/16 : Rat) := by decide +kernel
+example : Bridges.abs (Bridges.dot pool1) ≤ (9/4 : Rat) * (11/16 : Rat) := by decide +kernel
 
 /-- Weights and errors `pool2`. -/
 def pool2 : List (Rat × Rat) :=
-  [((7/8 : Rat), (11/16 : Rat)),
-    ((3/8 : Rat), (-(5/16) : Rat)),
-    ((5/8 : Rat), (1/16 : Rat)),
-    ((3/4 : Rat), (1/4 : Rat)),
-    ((1/2 : Rat), (1/2 : Rat))]
+  [((1/8 : Rat), (-(3/8) : Rat)),
+    ((7/8 : Rat), (-(1/1) : Rat)),
+    ((1/4 : Rat), (-(1/2) : Rat)),
+    ((3/4 : Rat), (3/16 : Rat)),
+    ((1/8 : Rat), (3/16 : Rat)),
+    ((1/4 : Rat), (-(5/16) : Rat))]
 
-example : (pool2.map Prod.fst).sum = (25/8 : Rat) := by decide +kernel
+example : (pool2.map Prod.fst).sum = (19/8 : Rat) := by decide +kernel
 
-example : Bridges.abs (Bridges.dot pool2) ≤ (25/8 : Rat) * (11/16 : Rat) := by decide +kernel
+example : Bridges.abs (Bridges.dot pool2) ≤ (19/8 : Rat) * (1 : Rat) := by decide +kernel
 
 /-- Weights and errors `pool3`. -/
 def pool3 : List (Rat × Rat) :=
-  [((1/2 : Rat), (-(3/16) : Rat)),
-    ((1/8 : Rat), (-(7/16) : Rat)),
-    ((0 : Rat), (7/16 : Rat)),
-    ((1 : Rat), (1/2 : Rat)),
-    ((1/8 : Rat), (-(1/16) : Rat)),
-    ((1/4 : Rat), (5/16 : Rat))]
+  [((3/4 : Rat), (1/2 : Rat)),
+    ((5/8 : Rat), (1 : Rat)),
+    ((5/8 : Rat), (13/16 : Rat)),
+    ((5/8 : Rat), (-(1/1) : Rat)),
+    ((3/4 : Rat), (-(11/16) : Rat))]
 
-example : (pool3.map Prod.fst).sum = (2 : Rat) := by decide +kernel
+example : (pool3.map Prod.fst).sum = (27/8 : Rat) := by decide +kernel
 
-example : Bridges.abs (Bridges.dot pool3) ≤ (2 : Rat) * (1/2 : Rat) := by decide +kernel
+example : Bridges.abs (Bridges.dot pool3) ≤ (27/8 : Rat) * (1 : Rat) := by decide +kernel
 
 /-- Weights and errors `pool4`. -/
 def pool4 : List (Rat × Rat) :=
-  [((1 : Rat), (-(5/16) : Rat)),
-    ((1/8 : Rat), (7/8 : Rat)),
-    ((1/8 : Rat), (-(1/4) : Rat)),
-    ((1/4 : Rat), (-(7/8) : Rat)),
-    ((1/4 : Rat), (-(3/16) : Rat))]
+  [((1/2 : Rat), (3/16 : Rat)),
+    ((0 : Rat), (1/2 : Rat)),
+    ((1/2 : Rat), (-(1/8) : Rat)),
+    ((5/8 : Rat), (-(5/16) : Rat)),
+    ((3/4 : Rat), (1/16 : Rat)),
+    ((0 : Rat), (0 : Rat))]
 
-example : (pool4.map Prod.fst).sum = (7/4 : Rat) := by decide +kernel
+example : (pool4.map Prod.fst).sum = (19/8 : Rat) := by decide +kernel
 
-example : Bridges.abs (Bridges.dot pool4) ≤ (7/4 : Rat) * (7/8 : Rat) := by decide +kernel
+example : Bridges.abs (Bridges.dot pool4) ≤ (19/8 : Rat) * (1/2 : Rat) := by decide +kernel
 
 /-- Weights and errors `pool5`. -/
 def pool5 : List (Rat × Rat) :=
-  [((1/2 : Rat), (3/8 : Rat)),
-    ((3/8 : Rat), (-(11/16) : Rat)),
-    ((3/4 : Rat), (-(11/16) : Rat))]
+  [((1/2 : Rat), (5/16 : Rat))]
 
-example : (pool5.map Prod.fst).sum = (13/8 : Rat) := by decide +kernel
+example : (pool5.map Prod.fst).sum = (1/2 : Rat) := by decide +kernel
 
-example : Bridges.abs (Bridges.dot pool5) ≤ (13/8 : Rat) * (11/16 : Rat) := by decide +kernel
+example : Bridges.abs (Bridges.dot pool5) ≤ (1/2 : Rat) * (5/16 : Rat) := by decide +kernel
 
 /-! ### Rank-prefix selection -/
 
 /-- Entries kept by both supports in `sel0`. -/
 def sel0Common : List (Rat × Rat) :=
-  [((1/16 : Rat), (3/16 : Rat)),
-    ((1/32 : Rat), (1/16 : Rat)),
-    ((1/16 : Rat), (0 : Rat)),
-    ((1/4 : Rat), (1/16 : Rat))]
+  [((3/32 : Rat), (1/16 : Rat)),
+    ((3/32 : Rat), (3/32 : Rat)),
+    ((1/8 : Rat), (3/16 : Rat))]
 
 /-- All entries of `sel0`: common, dropped (`p' = 0`), added (`p = 0`). -/
 def sel0All : List (Rat × Rat) :=
-  [((1/16 : Rat), (3/16 : Rat)),
-    ((1/32 : Rat), (1/16 : Rat)),
-    ((1/16 : Rat), (0 : Rat)),
-    ((1/4 : Rat), (1/16 : Rat)),
-    ((1/16 : Rat), 0),
-    ((1/32 : Rat), 0),
-    (0, (1/16 : Rat))]
-
-example : Bridges.selectionOffset (3/32 : Rat) (1/16 : Rat) = (5/64 : Rat) := by decide +kernel
-
-example :
-    Bridges.tv sel0All ≤
-      Bridges.selectionOffset (3/32 : Rat) (1/16 : Rat) + Bridges.tv sel0Common := by
-  decide +kernel
-
-/-- Entries kept by both supports in `sel1`. -/
-def sel1Common : List (Rat × Rat) :=
-  [((5/32 : Rat), (5/32 : Rat)),
-    ((5/32 : Rat), (3/16 : Rat)),
-    ((3/16 : Rat), (1/4 : Rat)),
-    ((7/32 : Rat), (0 : Rat))]
-
-/-- All entries of `sel1`: common, dropped (`p' = 0`), added (`p = 0`). -/
-def sel1All : List (Rat × Rat) :=
-  [((5/32 : Rat), (5/32 : Rat)),
-    ((5/32 : Rat), (3/16 : Rat)),
-    ((3/16 : Rat), (1/4 : Rat)),
-    ((7/32 : Rat), (0 : Rat)),
-    (0, (0 : Rat)),
-    (0, (1/32 : Rat))]
+  [((3/32 : Rat), (1/16 : Rat)),
+    ((3/32 : Rat), (3/32 : Rat)),
+    ((1/8 : Rat), (3/16 : Rat)),
+    (0, (1/32 : Rat)),
+    (0, (0 : Rat))]
 
 example : Bridges.selectionOffset (0 : Rat) (1/32 : Rat) = (1/64 : Rat) := by decide +kernel
 
 example :
-    Bridges.tv sel1All ≤
-      Bridges.selectionOffset (0 : Rat) (1/32 : Rat) + Bridges.tv sel1Common := by
+    Bridges.tv sel0All ≤
+      Bridges.selectionOffset (0 : Rat) (1/32 : Rat) + Bridges.tv sel0Common := by
   decide +kernel
 
-/-- Entries kept by both supports in `sel2`. -/
-def sel2Common : List (Rat × Rat) :=
-  [((3/16 : Rat), (0 : Rat)),
-    ((1/8 : Rat), (1/4 : Rat)),
-    ((3/16 : Rat), (3/32 : Rat))]
-
-/-- All entries of `sel2`: common, dropped (`p' = 0`), added (`p = 0`). -/
-def sel2All : List (Rat × Rat) :=
-  [((3/16 : Rat), (0 : Rat)),
-    ((1/8 : Rat), (1/4 : Rat)),
-    ((3/16 : Rat), (3/32 : Rat)),
-    ((1/32 : Rat), 0),
-    (0, (0 : Rat)),
-    (0, (1/32 : Rat))]
-
-example : Bridges.selectionOffset (1/32 : Rat) (1/32 : Rat) = (1/32 : Rat) := by decide +kernel
-
-example :
-    Bridges.tv sel2All ≤
-      Bridges.selectionOffset (1/32 : Rat) (1/32 : Rat) + Bridges.tv sel2Common := by
-  decide +kernel
-
-/-- Entries kept by both supports in `sel3`. -/
-def sel3Common : List (Rat × Rat) :=
-  [((1/8 : Rat), (3/32 : Rat)),
-    ((1/16 : Rat), (3/32 : Rat)),
-    ((3/32 : Rat), (1/8 : Rat))]
-
-/-- All entries of `sel3`: common, dropped (`p' = 0`), added (`p = 0`). -/
-def sel3All : List (Rat × Rat) :=
-  [((1/8 : Rat), (3/32 : Rat)),
-    ((1/16 : Rat), (3/32 : Rat)),
-    ((3/32 : Rat), (1/8 : Rat)),
-    ((0 : Rat), 0),
-    ((1/32 : Rat), 0),
-    ((1/32 : Rat), 0)]
-
-example : Bridges.selectionOffset (1/16 : Rat) (0 : Rat) = (1/32 : Rat) := by decide +kernel
-
-example :
-    Bridges.tv sel3All ≤
-      Bridges.selectionOffset (1/16 : Rat) (0 : Rat) + Bridges.tv sel3Common := by
-  decide +kernel
-
-/-- Entries kept by both supports in `sel4`. -/
-def sel4Common : List (Rat × Rat) :=
+/-- Entries kept by both supports in `sel1`. -/
+def sel1Common : List (Rat × Rat) :=
   [((1/4 : Rat), (1/8 : Rat)),
     ((1/4 : Rat), (5/32 : Rat))]
 
-/-- All entries of `sel4`: common, dropped (`p' = 0`), added (`p = 0`). -/
-def sel4All : List (Rat × Rat) :=
+/-- All entries of `sel1`: common, dropped (`p' = 0`), added (`p = 0`). -/
+def sel1All : List (Rat × Rat) :=
   [((1/4 : Rat), (1/8 : Rat)),
     ((1/4 : Rat), (5/32 : Rat)),
     ((1/16 : Rat), 0),
@@ -993,18 +925,18 @@ def sel4All : List (Rat × Rat) :=
 example : Bridges.selectionOffset (11/64 : Rat) (1/8 : Rat) = (19/128 : Rat) := by decide +kernel
 
 example :
-    Bridges.tv sel4All ≤
-      Bridges.selectionOffset (11/64 : Rat) (1/8 : Rat) + Bridges.tv sel4Common := by
+    Bridges.tv sel1All ≤
+      Bridges.selectionOffset (11/64 : Rat) (1/8 : Rat) + Bridges.tv sel1Common := by
   decide +kernel
 
-/-- Entries kept by both supports in `sel5`. -/
-def sel5Common : List (Rat × Rat) :=
+/-- Entries kept by both supports in `sel2`. -/
+def sel2Common : List (Rat × Rat) :=
   [((1/16 : Rat), (7/32 : Rat)),
     ((1/32 : Rat), (3/16 : Rat)),
     ((1/8 : Rat), (1/8 : Rat))]
 
-/-- All entries of `sel5`: common, dropped (`p' = 0`), added (`p = 0`). -/
-def sel5All : List (Rat × Rat) :=
+/-- All entries of `sel2`: common, dropped (`p' = 0`), added (`p = 0`). -/
+def sel2All : List (Rat × Rat) :=
   [((1/16 : Rat), (7/32 : Rat)),
     ((1/32 : Rat), (3/16 : Rat)),
     ((1/8 : Rat), (1/8 : Rat))]
@@ -1012,8 +944,72 @@ def sel5All : List (Rat × Rat) :=
 example : Bridges.selectionOffset (0 : Rat) (0 : Rat) = (0 : Rat) := by decide +kernel
 
 example :
+    Bridges.tv sel2All ≤
+      Bridges.selectionOffset (0 : Rat) (0 : Rat) + Bridges.tv sel2Common := by
+  decide +kernel
+
+/-- Entries kept by both supports in `sel3`. -/
+def sel3Common : List (Rat × Rat) :=
+  [((5/32 : Rat), (1/4 : Rat)),
+    ((1/4 : Rat), (0 : Rat)),
+    ((0 : Rat), (0 : Rat))]
+
+/-- All entries of `sel3`: common, dropped (`p' = 0`), added (`p = 0`). -/
+def sel3All : List (Rat × Rat) :=
+  [((5/32 : Rat), (1/4 : Rat)),
+    ((1/4 : Rat), (0 : Rat)),
+    ((0 : Rat), (0 : Rat)),
+    ((0 : Rat), 0),
+    ((3/64 : Rat), 0)]
+
+example : Bridges.selectionOffset (3/64 : Rat) (0 : Rat) = (3/128 : Rat) := by decide +kernel
+
+example :
+    Bridges.tv sel3All ≤
+      Bridges.selectionOffset (3/64 : Rat) (0 : Rat) + Bridges.tv sel3Common := by
+  decide +kernel
+
+/-- Entries kept by both supports in `sel4`. -/
+def sel4Common : List (Rat × Rat) :=
+  [((1/8 : Rat), (3/16 : Rat)),
+    ((0 : Rat), (3/32 : Rat)),
+    ((3/16 : Rat), (0 : Rat)),
+    ((1/4 : Rat), (1/8 : Rat))]
+
+/-- All entries of `sel4`: common, dropped (`p' = 0`), added (`p = 0`). -/
+def sel4All : List (Rat × Rat) :=
+  [((1/8 : Rat), (3/16 : Rat)),
+    ((0 : Rat), (3/32 : Rat)),
+    ((3/16 : Rat), (0 : Rat)),
+    ((1/4 : Rat), (1/8 : Rat)),
+    ((1/16 : Rat), 0),
+    ((1/32 : Rat), 0),
+    (0, (3/64 : Rat)),
+    (0, (3/64 : Rat))]
+
+example : Bridges.selectionOffset (3/32 : Rat) (3/32 : Rat) = (3/32 : Rat) := by decide +kernel
+
+example :
+    Bridges.tv sel4All ≤
+      Bridges.selectionOffset (3/32 : Rat) (3/32 : Rat) + Bridges.tv sel4Common := by
+  decide +kernel
+
+/-- Entries kept by both supports in `sel5`. -/
+def sel5Common : List (Rat × Rat) :=
+  [((1/32 : Rat), (7/32 : Rat))]
+
+/-- All entries of `sel5`: common, dropped (`p' = 0`), added (`p = 0`). -/
+def sel5All : List (Rat × Rat) :=
+  [((1/32 : Rat), (7/32 : Rat)),
+    ((0 : Rat), 0),
+    (0, (1/16 : Rat)),
+    (0, (0 : Rat))]
+
+example : Bridges.selectionOffset (0 : Rat) (1/16 : Rat) = (1/32 : Rat) := by decide +kernel
+
+example :
     Bridges.tv sel5All ≤
-      Bridges.selectionOffset (0 : Rat) (0 : Rat) + Bridges.tv sel5Common := by
+      Bridges.selectionOffset (0 : Rat) (1/16 : Rat) + Bridges.tv sel5Common := by
   decide +kernel
 
 /-! ### Softmax-to-TV bridges: transfer coefficients -/

@@ -24,6 +24,9 @@ bound out.
 * `WitCert.Semantic.residualStep`: the residual connection `x ↦ x + f x`, served as
   `x' ↦ x' + g x'`, with the transfer `e ↦ e + T e` for a monotone `T` bounding
   `‖f x − g x'‖` by `T ‖x − x'‖`.
+* `WitCert.Semantic.outputProjection`: a linear map `f` with operator norm at most `L` (the
+  attention output projection `W_O`) from the attention output (`attentionOutputL2`) into the
+  residual stream (`residualL2`), with the transfer `e ↦ L e`.
 * `WitCert.Semantic.nextTokenTanh`: the next-token head `x ↦ softmax (ℓ x)`, served as
   `x' ↦ softmax (ℓ' x')`, with the transfer `e ↦ tanh (R e/2)` when every vocabulary logit
   shift is within `R ‖x − x'‖` of a common shift.
@@ -32,12 +35,13 @@ bound out.
 
 * `WitCert.Semantic.residual_step_contract_sound`: `‖(x + f x) − (x' + g x')‖ ≤
   ‖x − x'‖ + T ‖x − x'‖`.
+* `WitCert.Semantic.output_projection_contract_sound`: `‖f x − f x'‖ ≤ L ‖x − x'‖`.
 * `WitCert.Semantic.next_token_contract_sound`: `TV(softmax (ℓ x), softmax (ℓ' x')) ≤
   tanh (R ‖x − x'‖/2)`.
 
 ## Implementation notes
 
-Both contracts are deterministic (`bad := fun _ => false`, `delta := 0`) and certified, on the
+The contracts are deterministic (`bad := fun _ => false`, `delta := 0`) and certified, on the
 whole domain; the statements keep the hypothesis `bad ω = false` so they read as the soundness
 field. The residual stream is a normed space `N : WitCert.Output.NormedLaws α V` with the error
 `‖x − x'‖` (`WitCert.Semantic.normSpace` at `residualL2`). The head `ℓ` maps the residual to the
@@ -100,6 +104,36 @@ theorem residual_step_contract_sound {Ω V : Type} (N : Output.NormedLaws α V) 
         ((residualStep N f g T hT hfg S s).approx ω x')) ≤
       N.norm (N.sub x x') + T (N.norm (N.sub x x')) :=
   (residualStep N f g T hT hfg S s).sound ω hω x x' trivial
+
+/-- A linear map `f` whose operator norm is at most `L` (`‖f u − f v‖ ≤ L ‖u − v‖`), such as
+the attention output projection `W_O`, as a monotone-transfer contract from the attention
+output (metric `attentionOutputL2`) into the residual stream (metric `residualL2`): the exact
+and approximate maps are both `f`, the transfer `e ↦ L e`. -/
+noncomputable def outputProjection {Ω V : Type} (N : Output.NormedLaws α V) (f : V → V) (L : α)
+    (hL : 0 ≤ L) (hf : ∀ u v, N.norm (N.sub (f u) (f v)) ≤ L * N.norm (N.sub u v))
+    (S : Sample Ω) (s : Site) :
+    MonoContract S (normSpace N (.attentionOutputL2 s)) (normSpace N (.residualL2 s)) where
+  exact x := f x
+  approx _ x' := f x'
+  transfer e := L * e
+  mono h := Lean.Grind.OrderedRing.mul_le_mul_of_nonneg_left h hL
+  dom _ := True
+  dom_down _ h := h
+  bad _ := false
+  delta := 0
+  prob_bad := S.prob_never_le
+  tier := .certified
+  sound _ _ x x' _ := hf x x'
+
+/-- Soundness of `outputProjection`, bound written out: outside the failure event,
+`‖f x − f x'‖ ≤ L ‖x − x'‖`. -/
+theorem output_projection_contract_sound {Ω V : Type} (N : Output.NormedLaws α V) (f : V → V)
+    (L : α) (hL : 0 ≤ L) (hf : ∀ u v, N.norm (N.sub (f u) (f v)) ≤ L * N.norm (N.sub u v))
+    (S : Sample Ω) (s : Site) (ω : Ω) (hω : (outputProjection N f L hL hf S s).bad ω = false)
+    (x x' : V) :
+    N.norm (N.sub ((outputProjection N f L hL hf S s).exact x)
+        ((outputProjection N f L hL hf S s).approx ω x')) ≤ L * N.norm (N.sub x x') :=
+  (outputProjection N f L hL hf S s).sound ω hω x x' trivial
 
 /-- The transfer `e ↦ tanh (R e/2)` is monotone for `R ≥ 0`. -/
 theorem tanh_scaled_half_mono (E : Analytic.ExpLaws α) {R e e' : α} (hR : 0 ≤ R)

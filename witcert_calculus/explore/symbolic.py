@@ -110,6 +110,12 @@ def _stage_expr(i: int, s: Stage, y: Expr, lim: Expr, params: dict[Symbol, Ratio
     if s.transfer.kind is TransferKind.EXP_TV:
         tight: Expr = (sp.exp(2 * y) - 1) / 2
         tight_lim: Expr = (sp.exp(2 * lim) - 1) / 2
+    elif s.transfer.kind is TransferKind.POLY:
+        cs = [sp.Symbol(f"c_{i}_{j}", nonnegative=True) for j in range(len(s.transfer.coeffs))]
+        for c, value in zip(cs, s.transfer.coeffs, strict=True):
+            params[c] = _rational(value)
+        tight = sum((c * y ** j for j, c in enumerate(cs)), sp.Integer(0))
+        tight_lim = sum((params[c] * lim ** j for j, c in enumerate(cs)), sp.Integer(0))
     else:
         k = sp.Symbol(f"k_{i}", positive=True)
         params[k] = _rational(s.transfer.k)

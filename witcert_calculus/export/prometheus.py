@@ -26,6 +26,7 @@ Main declarations:
 - :class:`MeterExport`: meter readings as ``witcert_meter_reading`` (histogram) and
   ``witcert_meter_max`` (gauge), labelled by metric
 - :func:`exposition`: the text format of any collector
+- :func:`rate_families`: a shadow audit's anytime-valid rate bound, labelled by the audit
 """
 
 from __future__ import annotations
@@ -42,20 +43,22 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric as Family
 from prometheus_client.registry import Collector
 
+from witcert_calculus.accounting.rate import RateState
 from witcert_calculus.accounting.records import LedgerStats
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import metric_name
 
 __all__ = [
     "FORBIDDEN_LABELS",
-    "PREFIX",
     "LedgerCollector",
     "MeterExport",
+    "PREFIX",
     "counter",
     "exposition",
     "gauge",
     "ledger_families",
     "prometheus_text",
+    "rate_families",
 ]
 
 PREFIX = "witcert_"
@@ -191,6 +194,44 @@ def ledger_families(stats: LedgerStats) -> list[Family]:
               labels=["sentinel"]),
         counter("witcert_eprocess_observations_total", "Observations per sentinel.",
                 [({"sentinel": n}, st.steps) for n, st in sentinels], labels=["sentinel"]),
+    ]
+
+
+def rate_families(name: str, state: RateState, *, threshold: float, alpha: float
+                  ) -> list[Family]:
+    """A shadow audit's rate bound as metric families, labelled by the audit's ``name``
+    (chosen by the operator, e.g. the scheme served: low-cardinality).
+
+    Args:
+        name: the audit's label value.
+        state: the :class:`~witcert_calculus.accounting.rate.RateBound`'s state.
+        threshold: the divergence threshold a request exceeds.
+        alpha: the bound's miscoverage level.
+
+    Returns:
+        ``witcert_shadow_rate_upper`` (the anytime-valid upper confidence bound),
+        ``witcert_shadow_audited_total``, ``witcert_shadow_exceeded_total``,
+        ``witcert_shadow_threshold`` and ``witcert_shadow_confidence``.
+
+    Example:
+        >>> from witcert_calculus.accounting.rate import RateState
+        >>> fams = rate_families("fp8", RateState(10, 1, 0.4), threshold=0.05, alpha=0.05)
+        >>> [f.name for f in fams][:2]
+        ['witcert_shadow_rate_upper', 'witcert_shadow_audited']
+    """
+    lab = {"audit": name}
+    return [
+        gauge("witcert_shadow_rate_upper", "Anytime-valid upper confidence bound on the rate "
+              "of audited requests whose divergence exceeds the threshold.",
+              [(lab, state.upper)], labels=["audit"]),
+        counter("witcert_shadow_audited_total", "Requests replayed exactly by the shadow audit.",
+                [(lab, state.trials)], labels=["audit"]),
+        counter("witcert_shadow_exceeded_total", "Audited requests above the threshold.",
+                [(lab, state.events)], labels=["audit"]),
+        gauge("witcert_shadow_threshold", "The divergence threshold (next-token TV).",
+              [(lab, threshold)], labels=["audit"]),
+        gauge("witcert_shadow_confidence", "The rate bound's confidence 1 - alpha.",
+              [(lab, 1.0 - alpha)], labels=["audit"]),
     ]
 
 

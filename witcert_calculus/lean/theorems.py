@@ -85,6 +85,7 @@ __all__ = [
     "ONE_SUB_POW_LE_EXP",
     "OUTPUT_ERROR_CONTRACT_AT",
     "OUTPUT_EVICT_ERROR_LE",
+    "OUTPUT_PROJECTION_CONTRACT_SOUND",
     "PAGE_IN_DECREASE",
     "POOLING_L2_CONTRACT_SOUND",
     "POOLING_MAX_CONTRACT_SOUND",
@@ -251,6 +252,7 @@ ID_SOUND: Final = "WitCert.Semantic.Contract.id_sound"
 LOGIT_BOUND_METER_SOUND: Final = "WitCert.Semantic.logit_bound_norms_meter_sound"
 NEXT_TOKEN_CONTRACT_SOUND: Final = "WitCert.Semantic.next_token_contract_sound"
 OUTPUT_ERROR_CONTRACT_AT: Final = "WitCert.Semantic.output_error_contract_at"
+OUTPUT_PROJECTION_CONTRACT_SOUND: Final = "WitCert.Semantic.output_projection_contract_sound"
 POOLING_L2_CONTRACT_SOUND: Final = "WitCert.Semantic.pooling_l2_contract_sound"
 POOLING_MAX_CONTRACT_SOUND: Final = "WitCert.Semantic.pooling_max_contract_sound"
 RANK_PREFIX_SELECTION_CONTRACT_SOUND: Final = "WitCert.Semantic.rank_prefix_selection_contract_sound"

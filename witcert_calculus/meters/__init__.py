@@ -17,6 +17,9 @@ reached from the package face (``from witcert_calculus import tv_meter``):
 - :mod:`witcert_calculus.meters.eviction`: token eviction: the dropped attention mass bounded
   from witnesses stored at eviction time, the output bound, the restoring gate's order, and
   the combination with a quantization meter over the kept keys.
+- :mod:`witcert_calculus.meters.depth`: through depth: the contracts that carry a layer's
+  attention-output bound through the residual stream, layer by layer, to the next-token
+  distribution, from constants read off the served activations.
 - :mod:`witcert_calculus.meters.dither`: Tier B, the subtractively dithered INT8 key store and its
   probabilistic per-token logit bound and TV certificate (non-adaptive queries).
 - :mod:`witcert_calculus.meters.sentinels`: the sampling sentinel and the zero-failure rate bound.
@@ -40,6 +43,7 @@ from __future__ import annotations
 from typing import Final
 
 from witcert_calculus.lean.theorems import (
+    ATTN_QUERY_STEP_LE,
     BOX_LOGIT_BOUND_METER_SOUND,
     DITHER_TIER_B_PROB_BAD,
     DITHER_TIER_B_TOKEN_SOUND,
@@ -47,15 +51,20 @@ from witcert_calculus.lean.theorems import (
     EVICT_TV_BLOCKS_METER_SOUND,
     EVICT_TV_RESTORE_METER_LE,
     FORMAT_RESIDUAL_LE,
+    GLU_STEP_LE,
     GRID_MGF_LE,
     LOGIT_BOUND_METER_SOUND,
     MIN_BOUND_SOUND,
     NEAREST_RESIDUAL_LE,
+    NEXT_TOKEN_CONTRACT_SOUND,
     ONE_SUB_POW_LE_EXP,
     OUTPUT_ERROR_CONTRACT_AT,
     OUTPUT_EVICT_ERROR_LE,
+    OUTPUT_PROJECTION_CONTRACT_SOUND,
     PAGE_IN_DECREASE,
     RATE_UPPER_BOUND_SOUND,
+    RESIDUAL_STEP_CONTRACT_SOUND,
+    RMS_NORMALIZE_LIPSCHITZ,
     SENTINEL_ROUNDS_SOUND,
     SOFTMAX_TV_TANH_CONTRACT_SOUND,
     TV_EFORM_METER_SOUND,
@@ -90,4 +99,10 @@ THEOREMS: Final[dict[str, tuple[str, ...]]] = {
     "tier_b_certificate": (DITHER_TIER_B_TOKEN_SOUND, DITHER_TIER_B_PROB_BAD, TV_EFORM_METER_SOUND),
     "sentinel_rounds": (SENTINEL_ROUNDS_SOUND,),
     "rate_upper_bound": (RATE_UPPER_BOUND_SOUND, ONE_SUB_POW_LE_EXP),
+    "rms_slope": (RMS_NORMALIZE_LIPSCHITZ,),
+    "attention_sublayer": (RESIDUAL_STEP_CONTRACT_SOUND, ATTN_QUERY_STEP_LE,
+                           RMS_NORMALIZE_LIPSCHITZ),
+    "mlp_sublayer": (RESIDUAL_STEP_CONTRACT_SOUND, GLU_STEP_LE, RMS_NORMALIZE_LIPSCHITZ),
+    "output_projection": (OUTPUT_PROJECTION_CONTRACT_SOUND,),
+    "next_token_head": (NEXT_TOKEN_CONTRACT_SOUND, RMS_NORMALIZE_LIPSCHITZ),
 }

@@ -1,5 +1,5 @@
 """The demo's command line: ``python -m witcert_adapters.demo [--threshold TAU] [--verbose]
-[--repair | --eviction] --out DIR``.
+[--repair | --eviction | --depth] --out DIR``.
 
 Main declarations
 -----------------
@@ -54,7 +54,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="instead, meter token eviction under kvpress presses (coverage, "
                              "audited truth, quality raw and gated) and write eviction.json and "
                              "eviction.txt (tau defaults to 0.1 here)")
+    parser.add_argument("--depth", action="store_true",
+                        help="instead, carry the per-layer memory bounds through depth to the "
+                             "next token (the certified inter-layer bound against audited "
+                             "truth per depth window) and run the shadow audit of end-to-end "
+                             "divergence with its anytime-valid rate bound; writes depth.json "
+                             "and depth.txt")
     args = parser.parse_args(argv)
+    if args.depth:
+        from witcert_adapters.demo.depth import run_depth
+
+        run_depth(args.out, threads=args.threads)
+        print((args.out / "depth.txt").read_text(), end="")
+        return 0
     if args.eviction:
         from witcert_adapters.demo.eviction import run_eviction
 
