@@ -66,7 +66,8 @@ from witcert_calculus.metrics import AtConsume, AttentionOutputL2, NextTokenTV, 
 from witcert_calculus.tiers import Composition, _premise, _proof  # pyright: ignore[reportPrivateUsage]
 from witcert_kernels.meter import l2_norm_upper, logit_bound, output_error_bound, tv_meter_batch
 
-__all__ = ["ATTENTION", "DepthStep", "ModelNorms", "compressed_step", "depth_step", "model_norms"]
+__all__ = ["ATTENTION", "DepthStep", "ModelNorms", "compressed_step", "depth_step", "divergence",
+           "model_norms"]
 
 #: The name this module's attention function is registered under.
 ATTENTION: Final = "witcert_depth"
@@ -395,6 +396,15 @@ def compressed_step(model: Any, token: torch.Tensor, cache: Any, *, scheme: str)
     return _forward(model, token, cache, _Forward(layers, scheme, _NO_NORMS, meter=False))
 
 
+def divergence(served: torch.Tensor, exact: torch.Tensor) -> tuple[list[float], list[float]]:
+    """Per row of two ``[steps, vocab]`` log-probability arrays: the true next-token TV and
+    ``KL(exact || served)`` (float64 as given; a token without exact mass adds nothing)."""
+    p, px = torch.exp(served), torch.exp(exact)
+    tv = 0.5 * (p - px).abs().sum(dim=-1)
+    kl = torch.where(px > 0, px * (exact - served), torch.zeros_like(px)).sum(dim=-1)
+    return [float(t) for t in tv], [float(k) for k in kl]
+
+
 def _forward(model: Any, ids: torch.Tensor, cache: Any, run: _Forward) -> torch.Tensor:
     with _probe(model, run), torch.no_grad():
         out = model(ids[:, -1:], cache=cache, use_cache=True)
@@ -457,8 +467,7 @@ def depth_step(model: Any, ids: torch.Tensor, *, scheme: str, window: Sequence[i
     head = HeadSensitivity(norm_slope=rms_slope(_np(h_last), gain_max=norms.gf, eps=norms.eps),
                            row_radius=norms.row_radius)
     tv_reading = next_token_head(AtConsume, head).bound(eta)
-    p, px = torch.softmax(logits, -1), torch.softmax(logits_x, -1)
-    tv = 0.5 * float((p - px).abs().sum())
-    kl = float((px * (torch.log_softmax(logits_x, -1) - torch.log_softmax(logits, -1))).sum())
+    (tv,), (kl,) = divergence(torch.log_softmax(logits, -1)[None],
+                              torch.log_softmax(logits_x, -1)[None])
     return DepthStep(first, tuple(local), tuple(local_truth), tuple(bound), tuple(truth),
                      tv_reading, tv, kl, head.tanh_slope())

@@ -12,11 +12,24 @@ compressed cache). For an audited request the exact model is replayed on the ser
 on the rate of exceeding requests is PARTIALLY_CERTIFIED
 (:data:`~witcert_calculus.accounting.rate.UNIFORM_SAMPLE`).
 
+Through vLLM (:func:`vllm_shadow_audit`) the requests are served by the engine with the plugin
+metering its fp8 cache (``kv="fp8"``); the sampled ones are then scored teacher-forced along
+the served continuation (one request per token with its full next-token distribution,
+:mod:`witcert_adapters.vllm_plugin.offline`'s ``--score-file``) twice: by an engine on the same
+fp8 cache (the served distribution at each prefix) and by one on the exact (bfloat16) cache,
+the shadow recompute, both along the served token ids (the prompt tokenized as the engine
+tokenized it when serving; a prompt whose tokens differ is counted in
+:attr:`ShadowAudit.retokenized`). Every request's outcome (sampled or not, its largest step TV,
+and the rate bound after it) goes into the served engine's verdict store
+(:meth:`~witcert_adapters.vllm_plugin.store.VerdictStore.put_shadow`), beside its verdict.
+
 Main declarations
 -----------------
 - :class:`ShadowSampler`: the decision before serving.
 - :class:`RequestAudit`, :func:`serve_and_audit`: one request.
 - :class:`ShadowAudit`, :func:`shadow_audit`: a run of requests and the fleet-level bound.
+- :func:`vllm_shadow_audit`: the same through vLLM's engine with the plugin (served on its fp8
+  cache, replayed on its exact cache).
 - :func:`request_prompts`: a fixed, varied set of prompts.
 """
 
@@ -24,20 +37,22 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, final
 
 import torch
 
-from witcert_adapters.depth import DepthStep, ModelNorms, compressed_step, depth_step
+from witcert_adapters.depth import DepthStep, ModelNorms, compressed_step, depth_step, divergence
 from witcert_calculus.accounting.rate import UNIFORM_SAMPLE, RateBound, RateState
 from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.numerics.validation import nonneg_int, positive_int, real
 from witcert_calculus.tiers import Assumption, Tier
 
 __all__ = ["RequestAudit", "ShadowAudit", "ShadowSampler", "request_prompts",
-           "serve_and_audit", "shadow_audit"]
+           "serve_and_audit", "shadow_audit", "vllm_shadow_audit"]
 
 _F64 = torch.float64
 
@@ -130,12 +145,8 @@ def serve_and_audit(model: Any, ids: torch.Tensor, *, scheme: str, new_tokens: i
     full = torch.cat([ids, torch.tensor([tokens[:-1]])], dim=1)
     with torch.no_grad():
         exact = model(full).logits[0, ids.shape[1]:].to(_F64)
-    tv: list[float] = []
-    kl: list[float] = []
-    for s, x in zip(served, exact, strict=True):
-        p, px = torch.softmax(s, -1), torch.softmax(x, -1)
-        tv.append(0.5 * float((p - px).abs().sum()))
-        kl.append(float((px * (torch.log_softmax(x, -1) - torch.log_softmax(s, -1))).sum()))
+    tv, kl = divergence(torch.log_softmax(torch.stack(served), -1),
+                        torch.log_softmax(exact, -1))
     depth = depth_step(model, torch.cat([ids, torch.tensor([[tokens[0]]])], dim=1),
                        scheme=scheme, window=layers, norms=norms)
     return RequestAudit(request_id, True, tuple(tokens), tuple(tv), tuple(kl), depth)
@@ -155,6 +166,8 @@ class ShadowAudit:
         tier: PARTIALLY_CERTIFIED (the uniform-sample assumption), or EMPIRICAL when nothing
             was audited.
         assumptions: what the bound assumes.
+        retokenized: audited requests whose scored continuation is not the served token
+            sequence (vLLM path, a check; 0 on the Hugging Face path).
     """
 
     scheme: str
@@ -164,6 +177,8 @@ class ShadowAudit:
     rate: RateState
     tier: Tier
     assumptions: tuple[Assumption, ...] = (UNIFORM_SAMPLE,)
+
+    retokenized: int = 0
 
     @property
     def audited(self) -> tuple[RequestAudit, ...]:
@@ -198,6 +213,78 @@ def shadow_audit(model: Any, tokenizer: Any, prompts: Sequence[str], *, scheme: 
             bound.observe(audit.max_tv > tau)
         out.append(audit)
     return ShadowAudit(scheme, tau, bound.alpha, tuple(out), bound.state, bound.tier)
+
+
+def vllm_shadow_audit(prompts: Sequence[str], *, sampler: ShadowSampler, threshold: float,
+                      alpha: float, new_tokens: int, work_dir: Path, kv: str = "fp8",
+                      kv_space_gib: int = 1) -> ShadowAudit:
+    """Serve ``prompts`` through vLLM with the plugin on its ``kv`` cache, replay the sampled
+    ones exactly (see the module docstring), bound the rate of exceeding requests.
+
+    Needs the engine's environment (``.venv-vllm``, made by ``scripts/setup.sh``).
+
+    Raises:
+        InvalidValueError: on a threshold outside ``(0, 1)`` or ``new_tokens < 2``.
+        RuntimeError: an engine process failed.
+    """
+    import numpy as np
+
+    from witcert_adapters.demo.models import smollm2_engine_dir
+    from witcert_adapters.vllm_plugin.config import PluginConfig
+    from witcert_adapters.vllm_plugin.launch import run_offline
+    from witcert_adapters.vllm_plugin.store import ShadowRecord, VerdictStore
+
+    tau = real("threshold", threshold, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    if positive_int("new_tokens", new_tokens) < 2:
+        raise InvalidValueError("new_tokens", new_tokens, "must be >= 2")
+    chosen = [sampler.sampled(rid) for rid in range(len(prompts))]   # before serving
+    model = smollm2_engine_dir()
+    work_dir = work_dir.resolve()       # the engines run in folders of their own
+    work_dir.mkdir(parents=True, exist_ok=True)
+    served = run_offline(PluginConfig(store=work_dir / "served.sqlite", tau=0.1), model=model,
+                         kv=kv, prompts=list(prompts), max_tokens=new_tokens, repeat=1,
+                         kv_space_gib=kv_space_gib)["requests"]
+    audited = [i for i, c in enumerate(chosen) if c]
+    pairs = work_dir / "pairs.json"
+    pairs.write_text(json.dumps([[prompts[i], [int(t) for t in served[i]["token_ids"]]]
+                                 for i in audited]))
+    dists: dict[str, Any] = {}
+    scored: list[dict[str, Any]] = []
+    for cache in (kv, "auto"):
+        out = work_dir / f"scores-{cache}.npz"
+        rec = run_offline(None, model=model, kv=cache, prompts=["."], max_tokens=1, repeat=1,
+                          kv_space_gib=kv_space_gib, timeout=3600.0,
+                          extra=("--score-file", str(pairs), "--scores-out", str(out),
+                                 "--prefix-caching"))
+        dists[cache] = np.load(out)
+        scored = rec["scored"]
+    bound = RateBound(alpha=alpha)
+    rows: list[RequestAudit] = []
+    retokenized = 0
+    store = VerdictStore(work_dir / "served.sqlite")
+    name = f"vllm {kv}"
+    for rid, c in enumerate(chosen):
+        tokens = tuple(int(t) for t in served[rid]["token_ids"])
+        if not c:
+            rows.append(RequestAudit(rid, False, tokens))
+            store.put_shadow(ShadowRecord(served[rid]["request_id"], name, False, None, None,
+                                          bound.upper, bound.trials, bound.events, tau,
+                                          bound.alpha))
+            continue
+        k = audited.index(rid)
+        retokenized += tuple(scored[k]["token_ids"]) != tokens
+        # every continuation token's distribution (the engine may read its cache at prefill)
+        tv, kl = divergence(*(torch.tensor(dists[cache][f"item{k}"], dtype=_F64)
+                               for cache in (kv, "auto")))
+        row = RequestAudit(rid, True, tokens, tuple(tv), tuple(kl))
+        bound.observe(row.max_tv > tau)
+        rows.append(row)
+        store.put_shadow(ShadowRecord(served[rid]["request_id"], name, True, row.max_tv,
+                                      sum(kl) / len(kl), bound.upper, bound.trials,
+                                      bound.events, tau, bound.alpha))
+    store.close()
+    return ShadowAudit(name, tau, bound.alpha, tuple(rows), bound.state, bound.tier,
+                       retokenized=retokenized)
 
 
 _SUBJECTS = ("photosynthesis", "the French Revolution", "a binary search tree", "volcanoes",

@@ -131,7 +131,7 @@ def test_depth_demo_at_a_small_size(tmp_path: Path) -> None:
     from witcert_adapters.demo.depth import run_depth
 
     report = run_depth(tmp_path, cases=1, requests=4, rate=0.99, new_tokens=3, windows=(1,),
-                       schemes=("int4_g32",), shadow_schemes=("int4_g32",))
+                       schemes=("int4_g32",), shadow_schemes=("int4_g32",), vllm_requests=0)
     text = (tmp_path / "depth.txt").read_text()
     assert "SATU" in text and "anytime-valid" in text and "EMPIRICAL" in text
     assert report["windows"][0]["violations"] == 0

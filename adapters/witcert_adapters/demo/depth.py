@@ -15,7 +15,10 @@
    bound (:class:`~witcert_calculus.accounting.rate.RateBound`, PARTIALLY_CERTIFIED under the
    uniform-sample assumption). Per request: the depth bound at the first compressed step
    (the whole model as the window) beside its truth, and the audited end-to-end distance.
-3. **An EMPIRICAL amplification bridge**, kept apart from every certified chain: on the first
+3. **The shadow audit through vLLM** (:func:`~witcert_adapters.shadow.vllm_shadow_audit`, when
+   the engine's environment exists and the CPU serves an fp8 cache): requests served by the
+   engine with the plugin on its fp8 cache, the sample replayed on its exact cache.
+4. **An EMPIRICAL amplification bridge**, kept apart from every certified chain: on the first
    half of the audited requests, the largest ratio of the true first-step next-token TV to the
    sum of the layers' own meter bounds
    (:func:`~witcert_calculus.bridges.empirical_ratio_bridge`, ``AttentionOutputL2 ->
@@ -49,8 +52,10 @@ from witcert_adapters.shadow import (
     ShadowSampler,
     request_prompts,
     shadow_audit,
+    vllm_shadow_audit,
 )
 from witcert_calculus.bridges import empirical_ratio_bridge
+from witcert_calculus.errors import InvalidValueError
 from witcert_calculus.metrics import AtConsume, AttentionOutputL2, NextTokenTV
 from witcert_calculus.numerics.validation import positive_int, real
 
@@ -134,6 +139,18 @@ def _shadow_rows(audit: ShadowAudit) -> dict[str, Any]:
     }
 
 
+def _vllm_row(audit: ShadowAudit) -> dict[str, Any]:
+    audited = audit.audited
+    return {
+        "scheme": audit.scheme, "requests": len(audit.requests), "audited": len(audited),
+        "threshold": audit.threshold, "alpha": audit.alpha, "exceeded": audit.rate.events,
+        "rate_upper": audit.rate.upper, "tier": audit.tier.name,
+        "retokenized": audit.retokenized,
+        "max_tv_median": statistics.median(r.max_tv for r in audited),
+        "max_tv_max": max(r.max_tv for r in audited),
+        "kl_mean": statistics.fmean(statistics.fmean(r.kl) for r in audited)}
+
+
 def _text(report: dict[str, Any]) -> str:
     lines = [f"depth: {report['model']}, {report['layers']} layers; "
              f"{report['cases']} prompts per row, the next token after each prompt",
@@ -172,14 +189,34 @@ def _text(report: dict[str, Any]) -> str:
                 f"{r['layer_sum']:.3g}); layers {r['window'][0]}-{r['window'][1]}: next-token "
                 f"TV <= {r['bound']:.3g} [{r['tier']}], true {r['truth']:.2g}; end-to-end "
                 f"largest step TV {r['max_tv']:.3g}")
+    for v in report.get("vllm", []):
+        lines.append(
+            f"{v['scheme']} (vLLM with the plugin, replayed on its exact cache): "
+            f"{v['requests']} requests, {v['audited']} audited; {v['exceeded']} exceeded TV "
+            f"{v['threshold']}; rate <= {v['rate_upper']:.3f} at confidence "
+            f"{1 - v['alpha']:.2f}, anytime-valid [{v['tier']}]; largest step TV median "
+            f"{v['max_tv_median']:.3g}, max {v['max_tv_max']:.3g}; mean step KL "
+            f"{v['kl_mean']:.2g}; retokenized {v['retokenized']}")
     return "\n".join(lines) + "\n"
+
+
+def _vllm_here() -> bool:
+    # vLLM's environment exists and serves an fp8 cache on this CPU
+    from witcert_adapters.vllm_plugin.launch import engine_python, fp8_supported
+
+    try:
+        engine_python()
+    except InvalidValueError:
+        return False
+    return fp8_supported()
 
 
 def run_depth(out: Path, *, threads: int = 1, cases: int = 8, requests: int = 216,
               rate: float = 0.95, new_tokens: int = 8, threshold: float = 0.05,
               alpha: float = 0.05, schemes: Sequence[str] = DEPTH_SCHEMES,
               windows: Sequence[int] = WINDOWS,
-              shadow_schemes: Sequence[str] = SHADOW_SCHEMES) -> dict[str, Any]:
+              shadow_schemes: Sequence[str] = SHADOW_SCHEMES,
+              vllm_requests: int = 48) -> dict[str, Any]:
     """Run the depth measurement; write ``depth.json`` and ``depth.txt`` under ``out``.
 
     Raises:
@@ -200,6 +237,10 @@ def run_depth(out: Path, *, threads: int = 1, cases: int = 8, requests: int = 21
                                   sampler=sampler, threshold=threshold, alpha=alpha,
                                   new_tokens=new_tokens, norms=norms))
         for s in shadow_schemes]
+    report["vllm"] = [] if vllm_requests == 0 or not _vllm_here() else [_vllm_row(
+        vllm_shadow_audit(request_prompts(vllm_requests), sampler=ShadowSampler(
+            rate=0.75, seed=20261207), threshold=threshold, alpha=alpha,
+            new_tokens=new_tokens, work_dir=out / "vllm"))]
     report["wall_s"] = round(time.perf_counter() - start, 1)
     out.mkdir(parents=True, exist_ok=True)
     data: Json = report

@@ -11,7 +11,7 @@ switch is read once per process::
 It writes the prompts' token ids, text and timings, and (switch on) every request's
 verdict; the tests, the demo and the benchmark all drive the engine through it. With
 ``--score-file`` (a JSON file: a list of ``[prompt, continuation]`` pairs) it also scores each
-continuation teacher-forced: the engine returns the full next-token distribution of every
+continuation (text, or a list of token ids taken as they are) teacher-forced: the engine returns the full next-token distribution of every
 continuation token (one request per continuation token, sampling one token with ``logprobs=-1``; with
 ``--prefix-caching`` the prompt's blocks are computed once); the distributions go to
 ``--scores-out`` (an ``.npz`` of one ``[tokens, vocab]`` float32 array per item) and each
@@ -165,7 +165,7 @@ def _stepped(llm: Any, b: int, prompt_tokens: int, params: Any, repeat: int, *,
     return runs
 
 
-def _score(llm: Any, pairs: list[list[str]], out: Path | None) -> list[dict[str, Any]]:
+def _score(llm: Any, pairs: list[list[Any]], out: Path | None) -> list[dict[str, Any]]:
     # Teacher-forced scoring: for each item and each continuation token k, one request of
     # the prompt and the first k continuation tokens that samples one token with every
     # logprob (its full next-token distribution, raw). Requests go in waves by k, so with
@@ -180,7 +180,10 @@ def _score(llm: Any, pairs: list[list[str]], out: Path | None) -> list[dict[str,
     heads, fulls = [], []
     for prompt, continuation in pairs:
         head = tok(prompt).input_ids
-        full = tok(prompt + continuation).input_ids
+        if isinstance(continuation, list):      # token ids, scored exactly as given
+            full = head + [int(t) for t in continuation]
+        else:
+            full = tok(prompt + continuation).input_ids
         if full[:len(head)] != head:
             raise SystemExit(f"continuation {continuation!r} does not tokenize as a suffix")
         heads.append(head)

@@ -19,6 +19,8 @@ Main declarations
 - :class:`VerdictStore`: :meth:`~VerdictStore.put`, :meth:`~VerdictStore.find`,
   :meth:`~VerdictStore.wait`, :meth:`~VerdictStore.totals`.
 - :class:`Totals`: aggregates for the metrics.
+- :class:`ShadowRecord`: a request's shadow-audit outcome (:meth:`~VerdictStore.put_shadow`,
+  :meth:`~VerdictStore.shadow`).
 - :func:`track`: an engine's session and its requests, recorded as their accounts open.
 """
 
@@ -38,7 +40,7 @@ from typing import Final, final
 from witcert_adapters.vllm_plugin.verdicts import Accounts, RequestVerdict, cut_verdict
 from witcert_calculus.errors import InvalidValueError
 
-__all__ = ["Totals", "VerdictStore", "track"]
+__all__ = ["ShadowRecord", "Totals", "VerdictStore", "track"]
 
 _SESSION_KEYS: Final = ("kv_cache_dtype", "form", "witness", "tau", "delta_req")
 
@@ -70,6 +72,20 @@ CREATE TABLE IF NOT EXISTS sessions (
     ended REAL,
     settings TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS shadow (
+    request TEXT PRIMARY KEY,
+    audit TEXT NOT NULL,
+    sampled INTEGER NOT NULL,
+    max_tv REAL,
+    mean_kl REAL,
+    exceeded INTEGER,
+    rate_upper REAL NOT NULL,
+    trials INTEGER NOT NULL,
+    events INTEGER NOT NULL,
+    threshold REAL NOT NULL,
+    alpha REAL NOT NULL,
+    recorded REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS opened (
     session TEXT NOT NULL,
     account INTEGER NOT NULL,
@@ -93,6 +109,32 @@ class Totals:
     saturated: int
     audited: int
     violations: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ShadowRecord:
+    """One request's shadow-audit outcome (:func:`witcert_adapters.shadow.vllm_shadow_audit`).
+
+    Attributes:
+        request: vLLM's internal request id.
+        audit: the audit's name (e.g. ``"vllm fp8"``).
+        sampled: whether the request was replayed (decided before it was served).
+        max_tv, mean_kl: its largest step TV and mean step KL (``None`` when not sampled).
+        rate_upper, trials, events: the audit's rate bound and counts after this request.
+        threshold, alpha: the divergence threshold and the bound's miscoverage level.
+    """
+
+    request: str
+    audit: str
+    sampled: bool
+    max_tv: float | None
+    mean_kl: float | None
+    rate_upper: float
+    trials: int
+    events: int
+    threshold: float
+    alpha: float
 
 
 @final
@@ -221,6 +263,28 @@ class VerdictStore:
         with self._lock:
             self._conn.execute("INSERT OR REPLACE INTO verdicts VALUES "
                                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+
+    def put_shadow(self, record: ShadowRecord) -> None:
+        """Store one request's shadow-audit outcome, with the audit's rate bound after it
+        (a second record of the same request replaces the first)."""
+        r = record
+        row = (r.request, r.audit, int(r.sampled), r.max_tv, r.mean_kl,
+               None if r.max_tv is None else int(r.max_tv > r.threshold), r.rate_upper,
+               r.trials, r.events, r.threshold, r.alpha, time.time())
+        with self._lock:
+            self._conn.execute("INSERT OR REPLACE INTO shadow VALUES "
+                               "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+
+    def shadow(self, request_id: str) -> ShadowRecord | None:
+        """The shadow-audit record of one request (vLLM's internal id), if any."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT request, audit, sampled, max_tv, mean_kl, rate_upper, trials, events, "
+                "threshold, alpha FROM shadow WHERE request = ?", (request_id,)).fetchone()
+        if row is None:
+            return None
+        return ShadowRecord(row[0], row[1], bool(row[2]), row[3], row[4], row[5], row[6],
+                            row[7], row[8], row[9])
 
     def _select(self, where: str, args: tuple[str, ...]) -> list[RequestVerdict]:
         with self._lock:
