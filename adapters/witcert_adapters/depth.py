@@ -44,6 +44,7 @@ from torch.utils.hooks import RemovableHandle
 from witcert_adapters.schemes import EntryRole, WriteContext, get_scheme
 from witcert_calculus.contracts import Reading, _reading  # pyright: ignore[reportPrivateUsage]
 from witcert_calculus.meters.depth import (
+    SILU_LIPSCHITZ,
     AttentionSensitivity,
     HeadSensitivity,
     MlpSensitivity,
@@ -240,14 +241,14 @@ def _record(run: _Forward, i: int, query: torch.Tensor, key: torch.Tensor, value
         k_hat, v_hat = hat[0][0].to(_F64), hat[1][0].to(_F64)
         wit = l2_norm_upper(k - k_hat).repeat_interleave(groups, dim=0)        # [H, T]
         rho = l2_norm_upper(v - v_hat).repeat_interleave(groups, dim=0)
-        vmax = (l2_norm_upper(v_hat).repeat_interleave(groups, dim=0) + rho).max(dim=-1).values
+        stored = l2_norm_upper(v_hat).repeat_interleave(groups, dim=0)
+        vmax = (stored + rho).max(dim=-1).values
         p_tilde = p[0, :, -1].to(_F64)
         c = logit_bound(q, wit[..., None], scale=float(scaling), layout=RopeLayout.HALF_SPLIT)
         meter = tv_meter_batch(p_tilde, c)
         beta = output_error_bound(meter.meter, value_norm_max=vmax, p_tilde=p_tilde, rho=rho)
         rec.local = math.nextafter(float(torch.sqrt((beta ** 2).sum())) * (1 + 1e-12), math.inf)
         rec.basis = meter.basis
-        stored = l2_norm_upper(v_hat).repeat_interleave(groups, dim=0)
         rec.checks = (
             ("rho_t >= 0 for every token t (value witnesses)", bool((rho >= 0).all())),
             ("p_tilde is a probability vector (renormalized)",
@@ -332,8 +333,8 @@ def _mlp_sensitivity(layer: Any, m: torch.Tensor, norms: ModelNorms, i: int) -> 
     u = _rms64(m, layer.post_attention_layernorm.weight.detach(), norms.eps)
     a, ea = _matvec_upper(mlp.gate_proj.weight, u)
     b, eb = _matvec_upper(mlp.up_proj.weight, u)
-    lip = 1.1
-    act = (torch.abs(torch.nn.functional.silu(a)) * (1 + 1e-12) + lip * ea).max()
+    act = (torch.abs(torch.nn.functional.silu(a)) * (1 + 1e-12)
+           + float(SILU_LIPSCHITZ) * ea).max()
     return MlpSensitivity(
         norm_slope=rms_slope(_np(m), gain_max=norms.g2[i], eps=norms.eps),
         down_norm=norms.wdown[i], gate_norm=norms.wgate[i], up_norm=norms.wup[i],
